@@ -1,0 +1,201 @@
+"""The SQLite catalog: books, pages, renditions, illustrations and collections.
+
+Reads are indexed single-row or single-book lookups (well under a millisecond), so the service calls them directly;
+writes come from ingest, one transaction per book. Rows come back as plain dicts with JSON columns decoded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from imagesvc.catalog.schema import SCHEMA_VERSION, migrate
+
+__all__ = ["Catalog", "book_id_for", "illustration_id", "page_id"]
+
+_JSON_COLUMNS = ("chapters", "edition", "subjects", "figures", "symbols")
+
+
+def book_id_for(slug: str) -> str:
+    """The opaque id of a book whose manifest gives none: stable, derived from the slug."""
+    return hashlib.sha256(f"book:{slug}".encode()).hexdigest()[:16]
+
+
+def page_id(book_id: str, number: int) -> str:
+    return f"{book_id}-{number}"
+
+
+def illustration_id(book_id: str, number: int, index: int) -> str:
+    """``{pageId}:{index}``, the illustration id clients of the reference service know."""
+    return f"{page_id(book_id, number)}:{index}"
+
+
+def _row(row: sqlite3.Row | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    out = dict(row)
+    for key in _JSON_COLUMNS:
+        if key in out and isinstance(out[key], str):
+            out[key] = json.loads(out[key])
+    return out
+
+
+class Catalog:
+    """One connection to the catalog file (WAL mode), migrated to the current schema on open."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA foreign_keys = ON")
+        self._conn.execute("PRAGMA busy_timeout = 5000")
+        self.schema_version = migrate(self._conn)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction; everything inside commits together or not at all."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def query_one(self, sql: str, args: Iterable[Any] = ()) -> dict[str, Any] | None:
+        return _row(self._conn.execute(sql, tuple(args)).fetchone())
+
+    def query_all(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        return [_row(r) for r in self._conn.execute(sql, tuple(args)).fetchall()]  # type: ignore[misc]
+
+    # -- books and pages -------------------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """Numbers of live books, pages, pages without an image, illustrations and collections."""
+        q = self._conn.execute
+        return {
+            "books": q("SELECT count(*) FROM books WHERE withdrawn = 0").fetchone()[0],
+            "pages": q(
+                "SELECT count(*) FROM pages p JOIN books b ON b.id = p.book_id WHERE b.withdrawn = 0"
+            ).fetchone()[0],
+            "pages_without_image": q(
+                "SELECT count(*) FROM pages p JOIN books b ON b.id = p.book_id WHERE b.withdrawn = 0 "
+                "AND p.image_unavailable = 1"
+            ).fetchone()[0],
+            "illustrations": q(
+                "SELECT count(*) FROM illustrations i JOIN books b ON b.id = i.book_id "
+                "WHERE b.withdrawn = 0 AND i.removed = 0"
+            ).fetchone()[0],
+            "collections": q("SELECT count(*) FROM collections").fetchone()[0],
+            "schema_version": SCHEMA_VERSION,
+        }
+
+    def list_books(self, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """Live books ordered by title, and the total count."""
+        total = self._conn.execute("SELECT count(*) FROM books WHERE withdrawn = 0").fetchone()[0]
+        rows = self.query_all(
+            "SELECT b.*, (SELECT count(*) FROM pages p WHERE p.book_id = b.id) AS page_count,"
+            " (SELECT count(*) FROM pages p WHERE p.book_id = b.id AND p.translation IS NOT NULL) AS translated_pages"
+            " FROM books b WHERE withdrawn = 0 ORDER BY title, id LIMIT ? OFFSET ?",
+            (limit, offset),
+        )
+        return rows, total
+
+    def find_book(self, id_or_slug: str) -> dict[str, Any] | None:
+        """A live book by opaque id or slug."""
+        return self.query_one(
+            "SELECT b.*, (SELECT count(*) FROM pages p WHERE p.book_id = b.id) AS page_count,"
+            " (SELECT count(*) FROM pages p WHERE p.book_id = b.id AND p.translation IS NOT NULL) AS translated_pages"
+            " FROM books b WHERE (id = ? OR slug = ?) AND withdrawn = 0",
+            (id_or_slug, id_or_slug),
+        )
+
+    def pages(self, book_id: str, first: int | None = None, last: int | None = None) -> list[dict[str, Any]]:
+        """A book's pages in order, optionally limited to the inclusive range ``first..last``."""
+        return self.query_all(
+            "SELECT * FROM pages WHERE book_id = ? AND number >= ? AND number <= ? ORDER BY number",
+            (book_id, first if first is not None else -(2**62), last if last is not None else 2**62),
+        )
+
+    def page(self, book_id: str, number: int) -> dict[str, Any] | None:
+        return self.query_one("SELECT * FROM pages WHERE book_id = ? AND number = ?", (book_id, number))
+
+    def page_numbers(self, book_id: str) -> list[int]:
+        return [
+            r[0] for r in self._conn.execute("SELECT number FROM pages WHERE book_id = ? ORDER BY number", (book_id,))
+        ]
+
+    def renditions(self, owners: Iterable[str]) -> dict[str, dict[str, dict[str, Any]]]:
+        """``{owner: {tier: rendition row}}`` for page or illustration ids."""
+        owners = list(owners)
+        out: dict[str, dict[str, dict[str, Any]]] = {owner: {} for owner in owners}
+        for start in range(0, len(owners), 500):
+            chunk = owners[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self.query_all(f"SELECT * FROM renditions WHERE owner IN ({marks})", chunk):
+                out[row["owner"]][row["tier"]] = row
+        return out
+
+    # -- illustrations ---------------------------------------------------------------------------------------------
+
+    def illustration(self, illustration_id: str) -> dict[str, Any] | None:
+        """A live illustration (not removed, its book not withdrawn)."""
+        return self.query_one(
+            "SELECT i.* FROM illustrations i JOIN books b ON b.id = i.book_id "
+            "WHERE i.id = ? AND i.removed = 0 AND b.withdrawn = 0",
+            (illustration_id,),
+        )
+
+    def book_illustrations(self, book_id: str) -> list[dict[str, Any]]:
+        return self.query_all(
+            "SELECT * FROM illustrations WHERE book_id = ? AND removed = 0 ORDER BY page_number, idx", (book_id,)
+        )
+
+    def live_illustrations(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The live illustrations among ``ids``, by id (missing, removed or withdrawn ones are absent)."""
+        ids = list(ids)
+        out: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self.query_all(
+                f"SELECT i.* FROM illustrations i JOIN books b ON b.id = i.book_id WHERE i.id IN ({marks})"
+                " AND i.removed = 0 AND b.withdrawn = 0",
+                chunk,
+            ):
+                out[row["id"]] = row
+        return out
+
+    # -- collections -----------------------------------------------------------------------------------------------
+
+    def collections(self) -> list[dict[str, Any]]:
+        """Every collection with its ordered item ids (unresolved)."""
+        rows = self.query_all("SELECT * FROM collections ORDER BY position, slug")
+        for row in rows:
+            row["item_ids"] = self._item_ids(row["slug"])
+        return rows
+
+    def collection(self, slug: str) -> dict[str, Any] | None:
+        row = self.query_one("SELECT * FROM collections WHERE slug = ?", (slug,))
+        if row is not None:
+            row["item_ids"] = self._item_ids(slug)
+        return row
+
+    def _item_ids(self, slug: str) -> list[str]:
+        return [
+            r[0]
+            for r in self._conn.execute(
+                "SELECT illustration_id FROM collection_items WHERE slug = ? ORDER BY position", (slug,)
+            )
+        ]

@@ -1,0 +1,174 @@
+"""Catalog writes made by ingest and by operators: books, pages with their renditions, illustrations, collections.
+
+Each function runs inside a transaction the caller opened with ``Catalog.transaction()``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = [
+    "delete_pages_not_in",
+    "remove_illustration",
+    "replace_collections",
+    "upsert_book",
+    "upsert_page",
+    "withdraw_book",
+]
+
+
+def _now() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+def upsert_book(conn: sqlite3.Connection, book: dict[str, Any], source_hash: str) -> None:
+    """Insert or update a book's metadata (pages are written separately)."""
+    attribution = book["attribution"]
+    conn.execute(
+        """
+        INSERT INTO books (id, slug, title, author, author_id, language, year, doi, translator, summary, chapters,
+            edition, viewing_direction, license, institution, institution_url, item_url, withdrawn, source_hash,
+            ingested_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+        ON CONFLICT (id) DO UPDATE SET slug = excluded.slug, title = excluded.title, author = excluded.author,
+            author_id = excluded.author_id, language = excluded.language, year = excluded.year, doi = excluded.doi,
+            translator = excluded.translator, summary = excluded.summary, chapters = excluded.chapters,
+            edition = excluded.edition, viewing_direction = excluded.viewing_direction, license = excluded.license,
+            institution = excluded.institution, institution_url = excluded.institution_url,
+            item_url = excluded.item_url, withdrawn = 0, source_hash = excluded.source_hash,
+            ingested_at = excluded.ingested_at
+        """,
+        (
+            book["id"],
+            book["slug"],
+            book["title"],
+            book["author"],
+            book.get("author_id"),
+            book["language"],
+            book.get("year"),
+            book.get("doi"),
+            book.get("translator"),
+            book.get("summary"),
+            json.dumps(book.get("chapters", [])),
+            json.dumps(book.get("edition", {})),
+            book.get("viewing_direction", "left-to-right"),
+            book.get("license"),
+            attribution["institution"],
+            attribution.get("institution_url"),
+            attribution["item_url"],
+            source_hash,
+            _now(),
+        ),
+    )
+
+
+def upsert_page(
+    conn: sqlite3.Connection,
+    page: dict[str, Any],
+    renditions: dict[str, dict[str, Any]],
+    illustrations: list[dict[str, Any]],
+) -> None:
+    """Replace one page row, the renditions of the page and its illustrations, and the illustration rows."""
+    pid = page["id"]
+    old_illus = [r[0] for r in conn.execute("SELECT id FROM illustrations WHERE page_id = ?", (pid,))]
+    conn.execute("DELETE FROM renditions WHERE owner = ?", (pid,))
+    for iid in old_illus:
+        conn.execute("DELETE FROM renditions WHERE owner = ?", (iid,))
+    conn.execute("DELETE FROM illustrations WHERE page_id = ?", (pid,))
+    conn.execute(
+        """
+        INSERT INTO pages (id, book_id, number, ocr, translation, original, image_unavailable, unavailable_reason,
+            master_key, master_sha256, master_format, derivation, width, height)
+        VALUES (:id, :book_id, :number, :ocr, :translation, :original, :image_unavailable, :unavailable_reason,
+            :master_key, :master_sha256, :master_format, :derivation, :width, :height)
+        ON CONFLICT (id) DO UPDATE SET ocr = excluded.ocr, translation = excluded.translation,
+            original = excluded.original, image_unavailable = excluded.image_unavailable,
+            unavailable_reason = excluded.unavailable_reason, master_key = excluded.master_key,
+            master_sha256 = excluded.master_sha256, master_format = excluded.master_format,
+            derivation = excluded.derivation, width = excluded.width, height = excluded.height
+        """,
+        page,
+    )
+    for owner, tiers in renditions.items():
+        for tier, r in tiers.items():
+            conn.execute(
+                "INSERT INTO renditions (owner, tier, clean_key, public_key, width, height, bytes, sha256)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (owner, tier, r["clean_key"], r["public_key"], r["width"], r["height"], r["bytes"], r["sha256"]),
+            )
+    for ill in illustrations:
+        conn.execute(
+            """
+            INSERT INTO illustrations (id, page_id, book_id, page_number, idx, bbox_x, bbox_y, bbox_w, bbox_h, type,
+                description, museum_description, subjects, figures, symbols, year, phash, dhash, content_sha256)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            (
+                ill["id"],
+                pid,
+                page["book_id"],
+                page["number"],
+                ill["index"],
+                ill["bbox"]["x"],
+                ill["bbox"]["y"],
+                ill["bbox"]["width"],
+                ill["bbox"]["height"],
+                ill["type"],
+                ill.get("description"),
+                ill.get("museum_description"),
+                json.dumps(ill.get("subjects", [])),
+                json.dumps(ill.get("figures", [])),
+                json.dumps(ill.get("symbols", [])),
+                ill.get("year"),
+                ill.get("phash"),
+                ill.get("dhash"),
+                ill.get("content_sha256"),
+            ),
+        )
+
+
+def delete_pages_not_in(conn: sqlite3.Connection, book_id: str, numbers: list[int]) -> None:
+    """Drop pages (and their renditions and illustrations) that the manifest no longer lists."""
+    keep = set(numbers)
+    for pid, number in conn.execute("SELECT id, number FROM pages WHERE book_id = ?", (book_id,)).fetchall():
+        if number in keep:
+            continue
+        for (iid,) in conn.execute("SELECT id FROM illustrations WHERE page_id = ?", (pid,)).fetchall():
+            conn.execute("DELETE FROM renditions WHERE owner = ?", (iid,))
+        conn.execute("DELETE FROM renditions WHERE owner = ?", (pid,))
+        conn.execute("DELETE FROM pages WHERE id = ?", (pid,))
+
+
+def replace_collections(conn: sqlite3.Connection, collections: list[dict[str, Any]]) -> None:
+    """Replace the named collections (others stay) with their ordered illustration ids."""
+    for position, col in enumerate(collections):
+        conn.execute("DELETE FROM collections WHERE slug = ?", (col["slug"],))
+        conn.execute(
+            "INSERT INTO collections (slug, title, description, cover_id, featured, position)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                col["slug"],
+                col["title"],
+                col.get("description"),
+                col.get("cover_id"),
+                int(col.get("featured", False)),
+                position,
+            ),
+        )
+        for i, iid in enumerate(col["item_ids"]):
+            conn.execute(
+                "INSERT INTO collection_items (slug, position, illustration_id) VALUES (?, ?, ?)", (col["slug"], i, iid)
+            )
+
+
+def withdraw_book(conn: sqlite3.Connection, book_id: str) -> bool:
+    """Hide a book (and so its pages and illustrations) from every listing; returns whether it existed."""
+    return conn.execute("UPDATE books SET withdrawn = 1 WHERE id = ?", (book_id,)).rowcount > 0
+
+
+def remove_illustration(conn: sqlite3.Connection, illustration_id: str) -> bool:
+    """Hide one illustration (a bad detection, a rights request); returns whether it existed."""
+    return conn.execute("UPDATE illustrations SET removed = 1 WHERE id = ?", (illustration_id,)).rowcount > 0

@@ -1,0 +1,1 @@
+"""search layer of imagesvc."""

@@ -1,0 +1,180 @@
+"""One frozen Settings object read from ``IMAGESVC_*`` environment variables, strictly parsed.
+
+Each setting is declared once in ``FIELDS`` with its type, default and help text; README's configuration table and
+``imagesvc settings --json`` come from that one list, and a test checks README names every variable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FIELDS", "Settings", "SettingsError", "env_name", "load_settings"]
+
+PREFIX = "IMAGESVC_"
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used; the message names the variable and the value."""
+
+
+def _bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "1"):
+        return True
+    if value in ("false", "0"):
+        return False
+    raise ValueError("expected one of true, false, 1, 0")
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value <= 0:
+        raise ValueError("expected a positive whole number")
+    return value
+
+
+def _port(raw: str) -> int:
+    value = int(raw)
+    if not 0 <= value <= 65535:
+        raise ValueError("expected a port number from 0 to 65535")
+    return value
+
+
+def _url(raw: str) -> str:
+    value = raw.strip().rstrip("/")
+    if value and not value.startswith(("http://", "https://")):
+        raise ValueError("expected an http:// or https:// URL")
+    return value
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}")
+        return value
+
+    return parse
+
+
+def _csv(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _opt(default: Any, help: str, parse: Callable[[str], Any], *, secret: bool = False) -> Any:
+    return field(default=default, metadata={"help": help, "parse": parse, "secret": secret})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Effective settings of one imagesvc process; each field is the variable ``IMAGESVC_<NAME>``."""
+
+    data_dir: Path = _opt(Path("./data"), "Folder for the catalog, the local object store and access state.", Path)
+    host: str = _opt("127.0.0.1", "Address the HTTP server binds to.", str)
+    port: int = _opt(8080, "Port the HTTP server listens on.", _port)
+    site_url: str = _opt("", "Public site address used in citation URLs (empty: http://HOST:PORT).", _url)
+    image_host: str = _opt(
+        "", "Public base URL of the image host. Empty: the app's own /img/ (local storage only).", _url
+    )
+    storage: str = _opt("local", "Object store backend: local or s3.", _choice("local", "s3"))
+    s3_endpoint: str = _opt("", "S3 endpoint URL (empty: the AWS default for the region).", _url)
+    s3_bucket: str = _opt("imagesvc", "S3 bucket holding masters, clean copies and the public prefix.", str)
+    s3_region: str = _opt("us-east-1", "S3 region.", str)
+    s3_access_key: str = _opt("", "S3 access key id.", str, secret=True)
+    s3_secret_key: str = _opt("", "S3 secret access key.", str, secret=True)
+    max_image_pixels: int = _opt(250_000_000, "Largest master accepted, in pixels; more is refused.", _positive_int)
+    display_size: int = _opt(2000, "Longest side of the display tier in pixels (never enlarged).", _positive_int)
+    thumb_size: int = _opt(300, "Longest side of the thumbnail tier in pixels (never enlarged).", _positive_int)
+    jpeg_quality: int = _opt(88, "JPEG quality of derived tiers (1-95).", _positive_int)
+    mark_min_side: int = _opt(600, "Images whose longest side is below this get no visible mark.", _positive_int)
+    site_name: str = _opt("imagesvc demo library", "Site name written into visible marks.", str)
+    workers: int = _opt(max(1, os.cpu_count() or 1), "Processes used for image work during ingest.", _positive_int)
+    access_backend: str = _opt(
+        "sqlite", "Where budgets and rate limits live: sqlite or redis.", _choice("sqlite", "redis")
+    )
+    redis_url: str = _opt("redis://127.0.0.1:6379/0", "Redis URL when IMAGESVC_ACCESS_BACKEND=redis.", str)
+    trusted_proxies: tuple[str, ...] = _opt(
+        (), "Comma-separated addresses or networks whose X-Forwarded-For is trusted.", _csv
+    )
+    crawler_agents: tuple[str, ...] = _opt(
+        ("Googlebot", "bingbot", "Applebot", "DuckDuckBot"),
+        "User-Agent tokens of search crawlers worth verifying by reverse DNS.",
+        _csv,
+    )
+    crawler_domains: tuple[str, ...] = _opt(
+        ("googlebot.com", "google.com", "search.msn.com", "applebot.apple.com", "duckduckgo.com"),
+        "Domains a crawler's reverse DNS name must end in (and resolve back to its address).",
+        _csv,
+    )
+    assistant_agents: tuple[str, ...] = _opt(
+        ("ChatGPT-User", "Claude-User", "Perplexity-User"),
+        "User-Agent tokens of user-directed assistant fetches.",
+        _csv,
+    )
+    assistant_networks: tuple[str, ...] = _opt(
+        (), "Comma-separated networks assistant fetches must come from to be exempt (empty: none are).", _csv
+    )
+    session_secret: str = _opt("", "Shared secret the site signs session tokens with.", str, secret=True)
+    colophon_secret: str = _opt(
+        "", "Secret that signs provenance notes (empty: one is generated and kept in the data dir).", str, secret=True
+    )
+    log_level: str = _opt("info", "Logging level.", _choice("debug", "info", "warning", "error"))
+
+    @property
+    def image_base(self) -> str:
+        """Base URL public images are addressed under."""
+        return self.image_host or f"{self.site_url}/img"
+
+    def public_dict(self) -> dict[str, Any]:
+        """Settings as JSON-ready values keyed by variable name, secrets masked."""
+        out: dict[str, Any] = {}
+        for spec in FIELDS:
+            value = getattr(self, spec.name)
+            if spec.metadata["secret"] and value:
+                value = "***"
+            elif isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[env_name(spec)] = value
+        return out
+
+
+FIELDS: tuple[dataclasses.Field[Any], ...] = dataclasses.fields(Settings)
+
+
+def env_name(spec: dataclasses.Field[Any]) -> str:
+    """The environment variable of one settings field."""
+    return PREFIX + spec.name.upper()
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Any:
+    """Read every ``IMAGESVC_*`` variable; unknown ``IMAGESVC_*`` names and bad values raise ``SettingsError``."""
+    env = os.environ if environ is None else environ
+    known = {env_name(spec) for spec in FIELDS}
+    unknown = sorted(name for name in env if name.startswith(PREFIX) and name not in known and name != "IMAGESVC_KEY")
+    if unknown:
+        raise SettingsError(f"unknown setting {unknown[0]}; known settings: {', '.join(sorted(known))}")
+    values: dict[str, Any] = {}
+    for spec in FIELDS:
+        raw = env.get(env_name(spec))
+        if raw is None:
+            continue
+        try:
+            values[spec.name] = spec.metadata["parse"](raw)
+        except ValueError as exc:
+            raise SettingsError(f"{env_name(spec)}={raw!r} is not valid: {exc}") from exc
+    values.update(overrides)
+    settings = Settings(**values)
+    if not settings.site_url:
+        settings = dataclasses.replace(settings, site_url=f"http://{settings.host}:{settings.port}")
+    if settings.storage == "s3" and not settings.image_host:
+        raise SettingsError("IMAGESVC_IMAGE_HOST must be set when IMAGESVC_STORAGE=s3 (the public bucket's base URL)")
+    if not 1 <= settings.jpeg_quality <= 95:
+        raise SettingsError(f"IMAGESVC_JPEG_QUALITY={settings.jpeg_quality!r} is not valid: expected 1 to 95")
+    return settings

@@ -1,0 +1,147 @@
+"""What ``/image`` delivers: which stored object, under which validator and caching rule, with which provenance note.
+
+Marked public tiers by default; clean copies only for callers whose class allows ``clean=1``, never a marked image in
+their place. Images delivered to a key carry an XMP provenance note (the colophon package's ``Note``) naming the
+edition, the page's citation URL and the key's public reference; it is spliced into the file, pixels untouched.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from colophon import Note
+from imagesvc.access.policy import CLASSES
+from imagesvc.errors import Forbidden, InvalidRequest, NotFound
+from imagesvc.imaging.embed import build_xmp
+from imagesvc.services import Services
+from imagesvc.tools import Call
+from imagesvc.tools.books import require_book
+
+__all__ = ["IMAGE_TIERS", "ImageDelivery", "locate_image"]
+
+IMAGE_TIERS = ("full", "display", "thumb")
+
+
+@dataclass(frozen=True)
+class ImageDelivery:
+    """One image ready to send: its object key, strong ETag, Cache-Control, and XMP note (or None)."""
+
+    key: str
+    etag: str
+    cache_control: str
+    xmp: str | None
+    filename: str
+    clean: bool
+
+
+def _clean_classes() -> list[str]:
+    return [c.name.removeprefix("key:") for c in CLASSES.values() if c.clean_allowed]
+
+
+def _page_target(services: Services, book_id: str, number: int) -> tuple[dict[str, Any], str, int, str]:
+    book = require_book(services, book_id)
+    page = services.catalog.page(book["id"], number)
+    if page is None:
+        raise NotFound(
+            f"Book {book['slug']!r} has no page {number}.",
+            recovery=[f"Pages are listed by GET /books/{book['slug']}."],
+            details={"book_id": book["id"], "page": number},
+        )
+    if page["image_unavailable"]:
+        raise NotFound(
+            f"This library holds no image of page {number} of {book['slug']!r}.",
+            recovery=["The page's text may still be available through the quote endpoints."],
+            details={"image_unavailable": True, "reason": page["unavailable_reason"]},
+        )
+    return book, page["id"], number, f"{book['slug']}-p{number}"
+
+
+def _illustration_target(services: Services, illustration_id: str) -> tuple[dict[str, Any], str, int, str]:
+    ill = services.catalog.illustration(illustration_id)
+    if ill is None:
+        raise NotFound(
+            f"No illustration has the id {illustration_id!r}.",
+            recovery=["Find illustration ids with GET /gallery or the search_images tool."],
+            details={"illustration": illustration_id},
+        )
+    book = require_book(services, ill["book_id"])
+    return book, ill["id"], ill["page_number"], f"{book['slug']}-p{ill['page_number']}-{ill['idx']}"
+
+
+async def locate_image(
+    services: Services,
+    call: Call,
+    *,
+    book: str | None = None,
+    page: int | None = None,
+    illustration: str | None = None,
+    tier: str = "display",
+    clean: bool = False,
+) -> ImageDelivery:
+    """Resolve an ``/image`` request. Errors: ``InvalidRequest`` (400), ``Forbidden`` (403 for ``clean`` without a
+    full-tier key), ``NotFound`` (404: unknown book, page or illustration, or a page with no held image)."""
+    if tier not in IMAGE_TIERS:
+        raise InvalidRequest(f"tier must be one of {', '.join(IMAGE_TIERS)}; got {tier!r}.")
+    if illustration is not None and (book is not None or page is not None):
+        raise InvalidRequest("Give either illustration=<id>, or book=<id>&page=<n>, not both.")
+    if illustration is None and (book is None or page is None):
+        raise InvalidRequest(
+            "Say which image: book=<id or slug>&page=<n>, or illustration=<id>.",
+            recovery=["Example: /image?book=<slug>&page=1&tier=display"],
+        )
+    allowance = call.caller.allowance
+    if clean and not allowance.clean_allowed:
+        tiers = _clean_classes()
+        raise Forbidden(
+            f"Images without visible marks (clean=1) need an API key of the {' or '.join(tiers)} tier; "
+            f"this request is served as {allowance.label}.",
+            recovery=[
+                f"Send a key of the {' or '.join(tiers)} tier as 'Authorization: Bearer <key>'.",
+                "Or leave out clean=1 to get the marked image.",
+            ],
+            details={"required_tiers": tiers, "caller_class": allowance.name},
+        )
+    if illustration is not None:
+        book_row, owner, number, name = _illustration_target(services, illustration)
+    else:
+        book_row, owner, number, name = _page_target(services, book, page)  # type: ignore[arg-type]
+    rendition = services.catalog.renditions([owner])[owner].get(tier)
+    if rendition is None:
+        raise NotFound(f"No {tier} image is stored for {name}.", recovery=["Ask an operator to re-run ingest."])
+    key = rendition["clean_key"] if clean else rendition["public_key"]
+    etag = rendition["sha256"][:32] + ("c" if clean else "m")
+    xmp = None
+    if call.caller.key_ref is not None:
+        note = Note(
+            title=book_row["title"],
+            year=book_row["year"],
+            doi=book_row["doi"],
+            url=services.page_url(book_row["slug"], number),
+            key_ref=call.caller.key_ref,
+            date=dt.datetime.now(dt.UTC).date(),
+        )
+        xmp = build_xmp(
+            {
+                "rights": f"Digitized by {book_row['institution']}; served by {services.settings.site_name}.",
+                "source": services.page_url(book_row["slug"], number),
+                "web_statement": services.page_url(book_row["slug"], number),
+                "edition": book_row["title"] + (f" ({book_row['year']})" if book_row["year"] else ""),
+                "requester": call.caller.key_ref,
+                "note": note.to_text(),
+            }
+        )
+        etag += "-" + hashlib.sha256(xmp.encode()).hexdigest()[:12]
+    private = clean or call.caller.key_ref is not None
+    return ImageDelivery(
+        key=key,
+        etag=etag,
+        cache_control="private, no-store"
+        if clean
+        else ("private, max-age=86400" if private else "public, max-age=86400"),
+        xmp=xmp,
+        filename=f"{name}-{tier}{'-clean' if clean else ''}.jpg",
+        clean=clean,
+    )

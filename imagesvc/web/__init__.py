@@ -1,0 +1,1 @@
+"""web layer of imagesvc."""

@@ -1,0 +1,62 @@
+"""The access middleware: identify the caller, count the request, and settle budgets once delivery is known.
+
+Responses are sent from inside this middleware (``prepare`` + ``write_eof``) so that a reservation is committed only
+after the bytes went out, and refunded on an error, a 304, or a client that went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from imagesvc.access import Allowed
+from imagesvc.access.headers import rate_headers, rate_limited
+from imagesvc.access.meter import Meter
+from imagesvc.web.keys import ACCESS, CALLER, IDENTIFIER, METER, RATE_HEADERS
+
+__all__ = ["UNCOUNTED_PATHS", "access_middleware"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Free routes: they count against nothing (the quota endpoint must not spend what it reports).
+UNCOUNTED_PATHS = frozenset({"/health", "/rate_limit", "/openapi.json", "/llms.txt"})
+
+
+def _uncounted(request: web.Request) -> bool:
+    return request.method == "OPTIONS" or request.path in UNCOUNTED_PATHS or request.path.startswith("/img/")
+
+
+@web.middleware
+async def access_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if _uncounted(request):
+        return await handler(request)
+    app = request.app
+    caller = await app[IDENTIFIER].identify(request.headers, request.remote, request.cookies)
+    allowance = caller.allowance
+    hit = await app[ACCESS].hit(caller.subject, allowance.request_limit(), allowance.request_window)
+    request[CALLER] = caller
+    if not isinstance(hit, Allowed):
+        raise rate_limited(allowance, "requests", hit)
+    meter = Meter(app[ACCESS], caller)
+    request[METER] = meter
+    request[RATE_HEADERS] = rate_headers(allowance, {}, hit)
+    try:
+        response = await handler(request)
+    except BaseException:
+        request[RATE_HEADERS] = rate_headers(allowance, meter.states, hit)
+        await asyncio.shield(meter.settle(False))
+        raise
+    request[RATE_HEADERS] = rate_headers(allowance, meter.states, hit)
+    if response.status >= 300:
+        await meter.settle(False)
+        return response
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except (ConnectionError, asyncio.CancelledError):
+        await asyncio.shield(meter.settle(False))
+        raise
+    await meter.settle(True)
+    return response

@@ -1,0 +1,40 @@
+"""``GET /image``: a page or illustration tier, marked by default, clean for full-tier keys; one image unit each."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from imagesvc.imaging.embed import splice_xmp
+from imagesvc.tools.image_delivery import IMAGE_TIERS, locate_image
+from imagesvc.web.keys import SERVICES
+from imagesvc.web.params import bool_param, int_param, str_param
+from imagesvc.web.rest import tool_call
+
+__all__ = ["image"]
+
+
+def _not_modified(request: web.Request, etag: str) -> bool:
+    header = request.headers.get("If-None-Match", "")
+    return header.strip() == "*" or any(tag.strip().removeprefix("W/") == f'"{etag}"' for tag in header.split(","))
+
+
+async def image(request: web.Request) -> web.StreamResponse:
+    services = request.app[SERVICES]
+    call = tool_call(request)
+    delivery = await locate_image(
+        services,
+        call,
+        book=str_param(request, "book"),
+        page=int_param(request, "page", minimum=1),
+        illustration=str_param(request, "illustration"),
+        tier=str_param(request, "tier", "display", choices=IMAGE_TIERS) or "display",
+        clean=bool_param(request, "clean", False),
+    )
+    headers = {"ETag": f'"{delivery.etag}"', "Cache-Control": delivery.cache_control, "Vary": "Authorization"}
+    if _not_modified(request, delivery.etag):
+        return web.Response(status=304, headers=headers)  # a 304 delivers nothing and counts nothing
+    await call.meter.reserve("images", 1)
+    stored = await services.store.get(delivery.key)
+    body = splice_xmp(stored.data, delivery.xmp) if delivery.xmp else stored.data
+    headers["Content-Disposition"] = f'inline; filename="{delivery.filename}"'
+    return web.Response(body=body, content_type="image/jpeg", headers=headers)

@@ -1,0 +1,82 @@
+"""Plain-function middlewares: request ids, CORS on every response, and errors rendered as JSON."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from imagesvc.errors import ImagesvcError, InternalError, MethodNotAllowed, NotFound
+from imagesvc.web.keys import RATE_HEADERS, REQUEST_ID
+
+__all__ = ["CORS_HEADERS", "cors_middleware", "error_json", "error_middleware", "on_prepare"]
+
+log = logging.getLogger("imagesvc.web")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Expose-Headers": "ETag, Retry-After, RateLimit, RateLimit-Policy, X-Request-Id, Content-Range",
+}
+PREFLIGHT_HEADERS = {
+    "Access-Control-Allow-Methods": "GET, HEAD, POST, DELETE, OPTIONS",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, If-None-Match, Range, Mcp-Session-Id, "
+    "Mcp-Protocol-Version",
+    "Access-Control-Max-Age": "86400",
+}
+
+
+def error_json(error: ImagesvcError, request_id: str) -> web.Response:
+    body = error.to_dict()
+    body["request_id"] = request_id
+    response = web.json_response(body, status=error.status, headers=error.headers)
+    return response
+
+
+@web.middleware
+async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give the request an id and answer CORS preflights for every route."""
+    request[REQUEST_ID] = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+    if request.method == "OPTIONS":
+        return web.Response(status=204, headers=PREFLIGHT_HEADERS)
+    return await handler(request)
+
+
+async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+    """Signal handler: CORS, the request id and the RateLimit fields go on every response just before it is sent,
+    whichever code path produced it (handler, error, file, 304). Headers a response already carries win."""
+    response.headers.update(CORS_HEADERS)
+    response.headers["X-Request-Id"] = request.get(REQUEST_ID, "-")
+    for name, value in request.get(RATE_HEADERS, {}).items():
+        response.headers.setdefault(name, value)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Render every failure as the one JSON error shape; unexpected ones are logged and become 500s."""
+    request_id = request.get(REQUEST_ID, "-")
+    try:
+        return await handler(request)
+    except ImagesvcError as exc:
+        return error_json(exc, request_id)
+    except web.HTTPNotFound:
+        return error_json(
+            NotFound(
+                f"There is no route {request.path!r}.",
+                recovery=["See /llms.txt or /openapi.json for the routes this service has."],
+            ),
+            request_id,
+        )
+    except web.HTTPMethodNotAllowed as exc:
+        err = MethodNotAllowed(
+            f"{request.method} is not allowed on {request.path}.",
+            recovery=[f"Use one of: {', '.join(sorted(exc.allowed_methods))}."],
+        )
+        return error_json(err, request_id)
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
+        return error_json(InternalError("The service failed while answering this request."), request_id)

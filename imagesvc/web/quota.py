@@ -1,0 +1,52 @@
+"""The caller's own figures: ``GET /rate_limit`` (free, counts nothing) and ``GET /dataset/v1/usage`` (keys only)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from imagesvc.access import METER_DAYS, POOLS
+from imagesvc.access.headers import next_steps
+from imagesvc.errors import Unauthorized
+from imagesvc.web.keys import ACCESS, CALLER, IDENTIFIER
+from imagesvc.web.params import int_param
+
+__all__ = ["rate_limit", "usage"]
+
+
+async def rate_limit(request: web.Request) -> web.Response:
+    """Who the service takes the caller for, and each pool's limit, use and reset, without counting anything."""
+    caller = await request.app[IDENTIFIER].identify(request.headers, request.remote, request.cookies)
+    allowance = caller.allowance
+    access = request.app[ACCESS]
+    pools = {}
+    for pool in POOLS:
+        state = await access.usage(caller.subject, pool, allowance.budget(pool))
+        pools[pool] = {
+            "limit": state.limit,
+            "used": state.used,
+            "remaining": state.remaining,
+            "window_seconds": 86400,
+            "reset_seconds": state.reset_seconds,
+        }
+    return web.json_response(
+        {
+            "caller": {"kind": caller.kind, "class": allowance.name, "label": allowance.label, "key": caller.key_ref},
+            "pools": pools,
+            "requests": {"limit": allowance.request_limit(), "window_seconds": allowance.request_window},
+            "clean_allowed": allowance.clean_allowed,
+            "next_steps": next_steps(allowance, "images"),
+        }
+    )
+
+
+async def usage(request: web.Request) -> web.Response:
+    """The key's meter: per UTC day and pool, requests and units delivered, the last ``days`` days (at most 90)."""
+    caller = request[CALLER]
+    if caller.key_ref is None:
+        raise Unauthorized(
+            "The usage meter belongs to an API key; this request carried none.",
+            recovery=["Send your key as 'Authorization: Bearer <key>'."],
+        )
+    days = int_param(request, "days", 30, minimum=1, maximum=METER_DAYS) or 30
+    rows = await request.app[ACCESS].daily_usage(caller.subject, days)
+    return web.json_response({"key": caller.key_ref, "tier": caller.allowance.name, "days": days, "usage": rows})

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Create the project's virtual environment and install imagesvc with its test tools into it.
+set -euo pipefail
+venv=${1:-.venv}
+python=${PYTHON:-python3.11}
+command -v "$python" >/dev/null || python=python3
+if [ ! -x "$venv/bin/python" ]; then
+  "$python" -m venv "$venv"
+fi
+# pip's extra local indexes on some machines print one warning per package; keep the output readable.
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 | grep -v 'is ignored' || true
+"$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, moto, pytest' \
+  || { echo "bootstrap: the environment in $venv is incomplete" >&2; exit 1; }

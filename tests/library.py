@@ -1,0 +1,64 @@
+"""The demo library, generated and ingested once per test session, and cheap per-test copies of it."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from fixtures.generate import generate
+from imagesvc.catalog import Catalog
+from imagesvc.ingest.manifest import load_manifest
+from imagesvc.ingest.pipeline import IngestSummary, ingest
+from imagesvc.settings import load_settings
+from imagesvc.storage.local import LocalStore
+
+__all__ = ["build_library", "copy_library", "run_ingest", "test_settings"]
+
+SITE = "https://library.example"
+
+
+def test_settings(data_dir: Path, **overrides: Any) -> Any:
+    """Settings for a test app on ``data_dir`` (local storage, SQLite access state)."""
+    values: dict[str, Any] = {"data_dir": data_dir, "site_url": SITE, "workers": 2, "session_secret": "test-secret"}
+    values.update(overrides)
+    return load_settings({}, **values)
+
+
+def run_ingest(manifest: Path, settings: Any, store: Any = None) -> IngestSummary:
+    async def go() -> IngestSummary:
+        target = store or LocalStore(settings.data_dir / "store")
+        catalog = Catalog(settings.data_dir / "catalog.sqlite3")
+        pool = ProcessPoolExecutor(max_workers=settings.workers, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            return await ingest(
+                load_manifest(manifest), settings=settings, catalog=catalog, store=target, pool=pool, progress=False
+            )
+        finally:
+            pool.shutdown()
+            catalog.close()
+            await target.close()
+
+    return asyncio.run(go())
+
+
+def build_library(root: Path) -> tuple[Path, Path, IngestSummary]:
+    """Generate the demo sources under ``root/src`` and ingest them into ``root/data``."""
+    manifest = generate(root / "src")
+    data = root / "data"
+    summary = run_ingest(manifest, test_settings(data))
+    return manifest, data, summary
+
+
+def copy_library(source: Path, target: Path) -> Path:
+    """A private copy of an ingested data dir: objects hard-linked (stores never modify a file in place), the catalog
+    copied, no access state."""
+    shutil.copytree(source / "store", target / "store", copy_function=os.link)
+    for name in os.listdir(source):
+        if name.startswith("catalog.sqlite3"):
+            shutil.copy2(source / name, target / name)
+    return target
