@@ -10,7 +10,7 @@ from aiohttp import web
 from imagesvc.access import make_access
 from imagesvc.access.identity import CrawlerVerifier, Identifier, Resolver, SystemResolver
 from imagesvc.catalog import Catalog
-from imagesvc.services import Services
+from imagesvc.services import Services, colophon_secret
 from imagesvc.storage import make_store
 from imagesvc.web.access import access_middleware
 from imagesvc.web.keys import ACCESS, IDENTIFIER, SERVICES
@@ -32,7 +32,7 @@ def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Applica
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:
         catalog = Catalog(settings.data_dir / "catalog.sqlite3")
         store = make_store(settings)
-        app[SERVICES] = Services(settings=settings, catalog=catalog, store=store)
+        app[SERVICES] = Services(settings, catalog, store, colophon_secret(settings))
         app[IDENTIFIER] = Identifier(settings, catalog, CrawlerVerifier(settings.crawler_domains, resolver))
         try:
             yield
