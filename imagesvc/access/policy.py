@@ -1,0 +1,98 @@
+"""Caller classes and their allowances: the one table that budgets, request limits, headers, docs and tests read.
+
+Numbers follow the service spec §8: anonymous 500 pages and 500 images a day and 60 requests an hour; signed in
+1,000 / 1,000 / 1,000 an hour; free key 2,000 / 2,000 / 60 a minute; paid tiers uncapped (still metered) with 120 to
+1,000 requests a minute by tier. Verified crawlers and user-directed assistant fetches are never limited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "CLASSES",
+    "PAID_TIERS",
+    "CallerClass",
+    "caller_class",
+    "key_class",
+]
+
+
+@dataclass(frozen=True)
+class CallerClass:
+    """What one kind of caller may do. ``None`` as a budget or request limit means uncapped."""
+
+    name: str
+    label: str
+    rank: int  # rising allowance; identity is always an upgrade
+    text_per_day: int | None
+    images_per_day: int | None
+    requests: int | None
+    request_window: int  # seconds
+    clean_allowed: bool = False
+    exempt: bool = False  # never limited (still metered)
+    paid: bool = False
+
+    def budget(self, pool: str) -> int | None:
+        """The daily budget of ``pool`` (``text`` or ``images``); ``None`` when uncapped."""
+        if self.exempt:
+            return None
+        if pool == "text":
+            return self.text_per_day
+        if pool == "images":
+            return self.images_per_day
+        raise ValueError(f"unknown pool {pool!r}; valid: text, images")
+
+    def request_limit(self) -> int | None:
+        """Requests allowed per ``request_window``; ``None`` when never limited."""
+        return None if self.exempt else self.requests
+
+    def describe(self) -> str:
+        """One line a person can read, for error messages and docs."""
+
+        def amount(value: int | None) -> str:
+            return "uncapped" if value is None else f"{value:,}"
+
+        if self.exempt:
+            return f"{self.label}: never limited"
+        per = "hour" if self.request_window == 3600 else "minute"
+        return (
+            f"{self.label}: {amount(self.text_per_day)} pages and {amount(self.images_per_day)} images per day, "
+            f"{amount(self.requests)} requests per {per}"
+        )
+
+
+_HOUR = 3600
+_MINUTE = 60
+
+CLASSES: dict[str, CallerClass] = {
+    c.name: c
+    for c in (
+        CallerClass("anonymous", "Anonymous", 0, 500, 500, 60, _HOUR),
+        CallerClass("signed_in", "Signed in (free)", 1, 1_000, 1_000, 1_000, _HOUR),
+        CallerClass("key:free", "Free API key", 2, 2_000, 2_000, 60, _MINUTE),
+        CallerClass("key:language", "Paid key, language tier", 3, None, None, 120, _MINUTE, paid=True),
+        CallerClass("key:domain", "Paid key, domain tier", 4, None, None, 300, _MINUTE, paid=True),
+        CallerClass("key:full", "Paid key, full tier", 5, None, None, 600, _MINUTE, clean_allowed=True, paid=True),
+        CallerClass(
+            "key:enterprise", "Paid key, enterprise tier", 6, None, None, 1_000, _MINUTE, clean_allowed=True, paid=True
+        ),
+        CallerClass("crawler", "Verified search crawler", 10, None, None, None, _MINUTE, exempt=True),
+        CallerClass("assistant", "User-directed assistant fetch", 10, None, None, None, _MINUTE, exempt=True),
+    )
+}
+
+PAID_TIERS: tuple[str, ...] = ("language", "domain", "full", "enterprise")
+
+
+def caller_class(name: str) -> CallerClass:
+    """The class named ``name``; ``KeyError`` naming the valid classes otherwise."""
+    try:
+        return CLASSES[name]
+    except KeyError:
+        raise KeyError(f"unknown caller class {name!r}; valid: {', '.join(CLASSES)}") from None
+
+
+def key_class(tier: str) -> CallerClass:
+    """The class of an API key of ``tier`` (``free`` or one of ``PAID_TIERS``)."""
+    return caller_class(f"key:{tier}")

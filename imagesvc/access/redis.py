@@ -1,0 +1,337 @@
+"""Access state in Redis: exact counts shared by every app instance, one Lua script per check-and-write.
+
+Keys (all with TTLs, so idle subjects leave nothing behind; the ``{subject}`` hash tag keeps one subject's keys in one
+cluster slot so a script may touch them together):
+``u:<pool>`` hash minute -> committed units; ``p:<pool>`` hash reservation id -> "units created expires" plus a
+running ``_sum``; ``q:<pool>`` sorted set of reservation ids by expiry;
+``r:<window>`` sorted set of request hits scored by time; ``m:<day>`` hash ``<pool>:r`` / ``<pool>:u`` -> meter.
+Times come from the calling instance's clock (pass ``now``), so instances must keep their clocks in sync (NTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from imagesvc.access import (
+    BUCKET_SECONDS,
+    BUDGET_WINDOW,
+    METER_DAYS,
+    PENDING_TTL,
+    AccessUnavailable,
+    Allowed,
+    DayUsage,
+    Denied,
+    PoolState,
+    Reservation,
+    bucket_of,
+    bucket_release,
+    check_units,
+    day_name,
+    oldest_live_bucket,
+    pool_state,
+    utc_day,
+    wait_until_free,
+)
+
+__all__ = ["RedisAccess"]
+
+# KEYS: usage, pending, pending expiry zset. ARGV: now, units, limit (-1: uncapped), partial (1/0), id, expires,
+# key ttl ms. Returns {1, granted, remaining} or {0, used, pending, {bucket start, units, ...}}.
+# The pending hash keeps a running "_sum" so a burst of reservations costs O(1) each, not O(pending).
+_RESERVE = f"""
+local now, units, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local lapsed = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
+if #lapsed > 0 then
+  for _, id in ipairs(lapsed) do
+    local v = redis.call('HGET', KEYS[2], id)
+    if v then
+      redis.call('HINCRBY', KEYS[2], '_sum', -tonumber(string.match(v, '^%d+')))
+      redis.call('HDEL', KEYS[2], id)
+    end
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
+end
+local pending = tonumber(redis.call('HGET', KEYS[2], '_sum') or '0')
+local used, rel = pending, {{}}
+local granted, remaining = units, -1
+if limit >= 0 then
+  local oldest = math.floor((now - {BUDGET_WINDOW}) / {BUCKET_SECONDS})
+  local u = redis.call('HGETALL', KEYS[1])
+  for i = 1, #u, 2 do
+    if tonumber(u[i]) < oldest then
+      redis.call('HDEL', KEYS[1], u[i])
+      u[i + 1] = '0'
+    else
+      used = used + tonumber(u[i + 1])
+    end
+  end
+  local free = limit - used
+  if ARGV[4] == '1' then granted = math.min(units, free) elseif units > free then granted = 0 end
+  if granted <= 0 then
+    -- refused: also return each bucket (as its start time) so the caller can say when units free up
+    for i = 1, #u, 2 do
+      if u[i + 1] ~= '0' then
+        rel[#rel + 1] = string.format('%d', tonumber(u[i]) * {BUCKET_SECONDS})
+        rel[#rel + 1] = u[i + 1]
+      end
+    end
+    return {{0, used, pending, rel}}
+  end
+  remaining = free - granted
+end
+redis.call('HSET', KEYS[2], ARGV[5], string.format('%d', granted) .. ' ' .. ARGV[1] .. ' ' .. ARGV[6])
+redis.call('HINCRBY', KEYS[2], '_sum', granted)
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[7])
+redis.call('PEXPIRE', KEYS[3], ARGV[7])
+return {{1, granted, remaining}}
+"""
+
+# Shared head of commit and refund: settle reservation ARGV[1] (KEYS[1] pending hash, KEYS[2] expiry zset).
+_SETTLE = """
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return -1 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+local n, created, expires = string.match(v, '^(%d+) (%S+) (%S+)$')
+n = tonumber(n)
+redis.call('HINCRBY', KEYS[1], '_sum', -n)
+"""
+
+# KEYS: pending, pending expiry zset, usage, meter. ARGV: id, now, units (-1: all), pool, usage ttl s, meter ttl s.
+# Returns the units counted, or -1 when the reservation was settled already or had lapsed.
+_COMMIT = (
+    _SETTLE
+    + f"""
+local now = tonumber(ARGV[2])
+if tonumber(expires) <= now then return -1 end
+local want = tonumber(ARGV[3])
+if want >= 0 and want < n then n = want end
+if n > 0 then
+  local m = string.format('%d', math.floor(tonumber(created) / {BUCKET_SECONDS}))
+  if redis.call('HEXISTS', KEYS[3], m) == 0 then
+    -- a new bucket: drop aged-out ones, so uncapped subjects (never summed by reserve) stay bounded too
+    local oldest = math.floor((now - {BUDGET_WINDOW}) / {BUCKET_SECONDS})
+    for _, f in ipairs(redis.call('HKEYS', KEYS[3])) do
+      if tonumber(f) < oldest then redis.call('HDEL', KEYS[3], f) end
+    end
+  end
+  redis.call('HINCRBY', KEYS[3], m, n)
+  redis.call('EXPIRE', KEYS[3], ARGV[5])
+end
+redis.call('HINCRBY', KEYS[4], ARGV[4] .. ':r', 1)
+redis.call('HINCRBY', KEYS[4], ARGV[4] .. ':u', n)
+redis.call('EXPIRE', KEYS[4], ARGV[6])
+return n
+"""
+)
+
+_REFUND = _SETTLE + "return n"
+
+# KEYS: hit log. ARGV: now, limit, window s, member, now - window (computed here: Lua prints only 14 digits).
+# Returns {1, count before, oldest} or {0, count, blocking hit}.
+_HIT = """
+local now, limit, w = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[5])
+local count = redis.call('ZCARD', KEYS[1])
+if count >= limit then
+  local t = redis.call('ZRANGE', KEYS[1], count - limit, count - limit, 'WITHSCORES')
+  return {0, count, t[2]}
+end
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[1], math.ceil(w * 1000))
+return {1, count, redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]}
+"""
+
+_USAGE_TTL = BUDGET_WINDOW + 2 * BUCKET_SECONDS
+_METER_TTL = (METER_DAYS + 2) * 86_400
+
+
+class RedisAccess:
+    """``AccessState`` in the Redis at ``url``; every instance pointed at the same Redis shares exact counts."""
+
+    name = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "imagesvc:access:",
+        pending_ttl: float = PENDING_TTL,
+        max_connections: int = 16,
+    ) -> None:
+        self.prefix = prefix
+        self.pending_ttl = pending_ttl
+        parts = urlsplit(url)
+        self._where = f"{parts.hostname or 'localhost'}:{parts.port or 6379}"  # never the password
+        # A burst queues on a FIFO semaphore instead of opening thousands of sockets. (redis-py's blocking pool
+        # does the same job unfairly: some callers waited seconds while later ones went first.)
+        self._gate = asyncio.Semaphore(max_connections)
+        pool = aioredis.ConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            socket_connect_timeout=2,
+            socket_timeout=5,
+            retry=Retry(NoBackoff(), 1),
+            decode_responses=True,
+        )
+        self._redis = aioredis.Redis(connection_pool=pool)
+        self._reserve = self._redis.register_script(_RESERVE)
+        self._commit = self._redis.register_script(_COMMIT)
+        self._refund = self._redis.register_script(_REFUND)
+        self._hit = self._redis.register_script(_HIT)
+
+    @asynccontextmanager
+    async def _translate(self) -> AsyncIterator[None]:
+        try:
+            async with self._gate:
+                yield
+        except (RedisError, OSError) as exc:
+            raise AccessUnavailable(
+                f"Redis at {self._where} holds budgets and rate limits and cannot be used ({exc}); nothing is "
+                "delivered until it is back."
+            ) from exc
+
+    def _key(self, subject: str, kind: str) -> str:
+        return f"{self.prefix}{{{subject}}}:{kind}"
+
+    async def reserve(
+        self,
+        subject: str,
+        pool: str,
+        units: int,
+        limit: int | None,
+        now: float | None = None,
+        *,
+        allow_partial: bool = False,
+    ) -> Reservation | Denied:
+        check_units(units)
+        now = time.time() if now is None else now
+        rid, expires = uuid.uuid4().hex, now + self.pending_ttl
+        keys = [self._key(subject, f"u:{pool}"), self._key(subject, f"p:{pool}"), self._key(subject, f"q:{pool}")]
+        args: list[Any] = [
+            repr(now),
+            units,
+            -1 if limit is None else limit,
+            int(allow_partial),
+            rid,
+            repr(expires),
+            math.ceil(self.pending_ttl * 1000) + 60_000,
+        ]
+        async with self._translate():
+            ok, n, extra, *committed = await self._reserve(keys=keys, args=args)
+        if ok:
+            remaining = None if extra < 0 else int(extra)
+            return Reservation(rid, subject, pool, int(n), units, limit, remaining, now, expires)
+        assert limit is not None  # only a capped pool refuses
+        releases = _releases(committed[0])
+        if int(extra):
+            # Pending units are dated "now" here, never earlier than they were made: the answer is never too early.
+            releases.append((bucket_release(bucket_of(now)), int(extra)))
+        free = limit - int(n)
+        need = (1 if allow_partial else units) - free
+        return Denied(int(n), limit, wait_until_free(releases, need, now))
+
+    async def commit(self, reservation: Reservation, units: int | None = None, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        r = reservation
+        keys = [
+            self._key(r.subject, f"p:{r.pool}"),
+            self._key(r.subject, f"q:{r.pool}"),
+            self._key(r.subject, f"u:{r.pool}"),
+            self._key(r.subject, f"m:{utc_day(r.created)}"),
+        ]
+        args = [r.id, repr(now), -1 if units is None else max(0, units), r.pool, _USAGE_TTL, _METER_TTL]
+        async with self._translate():
+            counted = await self._commit(keys=keys, args=args)
+        return int(counted) >= 0
+
+    async def refund(self, reservation: Reservation, now: float | None = None) -> bool:
+        async with self._translate():
+            keys = [self._key(reservation.subject, f"{kind}:{reservation.pool}") for kind in "pq"]
+            released = await self._refund(keys=keys, args=[reservation.id])
+        return int(released) >= 0
+
+    async def usage(self, subject: str, pool: str, limit: int | None, now: float | None = None) -> PoolState:
+        now = time.time() if now is None else now
+        async with self._translate(), self._redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self._key(subject, f"u:{pool}"))
+            pipe.hgetall(self._key(subject, f"p:{pool}"))
+            committed, pending = await pipe.execute()
+        oldest = oldest_live_bucket(now)
+        releases = [(bucket_release(int(m)), int(u)) for m, u in committed.items() if int(m) >= oldest]
+        pending.pop("_sum", None)
+        for value in pending.values():
+            n, created, expires = value.split()
+            if float(expires) > now:
+                releases.append((bucket_release(bucket_of(float(created))), int(n)))
+        return pool_state(releases, limit, now)
+
+    async def hit(
+        self, subject: str, limit: int | None, window_seconds: int, now: float | None = None
+    ) -> Allowed | Denied:
+        if limit is None:
+            return Allowed(None, 0)
+        now = time.time() if now is None else now
+        key = self._key(subject, f"r:{window_seconds}")
+        async with self._translate():
+            args = [repr(now), limit, window_seconds, uuid.uuid4().hex, repr(now - window_seconds)]
+            ok, count, ts = await self._hit(keys=[key], args=args)
+        # min(): a hit stamped by a faster clock (another instance, or a call that queued) never waits > a window.
+        wait = max(1, min(window_seconds, math.ceil(float(ts) + window_seconds - now)))
+        if ok:
+            return Allowed(limit - int(count) - 1, wait)
+        return Denied(int(count), limit, wait)
+
+    async def record(self, subject: str, pool: str, units: int = 0, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        key = self._key(subject, f"m:{utc_day(now)}")
+        async with self._translate(), self._redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(key, f"{pool}:r", 1)
+            pipe.hincrby(key, f"{pool}:u", units)
+            pipe.expire(key, _METER_TTL)
+            await pipe.execute()
+
+    async def daily_usage(self, subject: str, days: int = METER_DAYS, now: float | None = None) -> list[DayUsage]:
+        if not 1 <= days <= METER_DAYS:
+            raise ValueError(f"days must be 1 to {METER_DAYS}, got {days}")
+        last = utc_day(time.time() if now is None else now)
+        day_numbers = range(last - days + 1, last + 1)
+        async with self._translate(), self._redis.pipeline(transaction=False) as pipe:
+            for day in day_numbers:
+                pipe.hgetall(self._key(subject, f"m:{day}"))
+            meters = await pipe.execute()
+        rows: list[DayUsage] = []
+        for day, meter in zip(day_numbers, meters, strict=True):
+            pools = sorted({field.rsplit(":", 1)[0] for field in meter})
+            for pool in pools:
+                rows.append(
+                    DayUsage(
+                        date=day_name(day),
+                        pool=pool,
+                        requests=int(meter.get(f"{pool}:r", 0)),
+                        units=int(meter.get(f"{pool}:u", 0)),
+                    )
+                )
+        return rows
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+        await self._redis.connection_pool.disconnect()
+
+
+def _releases(flat: list[str]) -> list[tuple[float, int]]:
+    """``(instant it stops counting, units)`` from the script's flat list of (time in bucket, units)."""
+    return [(bucket_release(bucket_of(float(flat[i]))), int(flat[i + 1])) for i in range(0, len(flat), 2)]

@@ -1,0 +1,134 @@
+"""GET /image: marked by default, clean only for full-tier keys, provenance notes for keys, masters never public."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from aiohttp.test_utils import TestClient
+from PIL import Image
+
+from colophon import Note
+from imagesvc.catalog import Catalog
+from imagesvc.catalog.keys import create_key
+from imagesvc.imaging.embed import read_xmp
+
+PAGE = {"book": "demo-speculum-fornacum", "page": "2", "tier": "display"}
+
+
+def _key(data_dir: Path, tier: str) -> tuple[str, str]:
+    catalog = Catalog(data_dir / "catalog.sqlite3")
+    try:
+        key, record = create_key(catalog, tier, f"test {tier}")
+    finally:
+        catalog.close()
+    return key, record.id
+
+
+def _pixels(data: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=np.float64)
+
+
+def _psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(np.mean((a - b) ** 2))
+    return float("inf") if mse == 0 else 10 * np.log10(255**2 / mse)
+
+
+def _after_sos(jpeg: bytes) -> bytes:
+    return jpeg[jpeg.index(b"\xff\xda") :]
+
+
+async def test_default_is_the_marked_public_tier(client: TestClient) -> None:
+    book = await (await client.get("/books/demo-speculum-fornacum")).json()
+    public = await client.get("/img/" + book["pages"][1]["image_display"].split("/img/", 1)[1])
+    resp = await client.get("/image", params=PAGE)
+    assert resp.status == 200
+    assert resp.headers["Content-Type"] == "image/jpeg"
+    assert await resp.read() == await public.read()
+    assert resp.headers["Cache-Control"] == "public, max-age=86400"
+
+
+@pytest.mark.parametrize("tier", ["free", "language", "domain"])
+async def test_clean_is_refused_for_every_tier_below_full(client: TestClient, data_dir: Path, tier: str) -> None:
+    key, _ = _key(data_dir, tier)
+    resp = await client.get("/image", params={**PAGE, "clean": "1"}, headers={"Authorization": f"Bearer {key}"})
+    body = await resp.json()
+    assert resp.status == 403
+    assert resp.headers["Content-Type"].startswith("application/json")  # never a marked image in its place
+    assert body["error"] == "forbidden"
+    assert body["required_tiers"] == ["full", "enterprise"]
+    assert "full or enterprise" in body["message"]
+
+
+async def test_clean_is_refused_for_anonymous_and_signed_in(client: TestClient) -> None:
+    import time
+
+    from imagesvc.access.identity import sign_session
+
+    token = sign_session("u1", int(time.time()) + 60, "test-secret")
+    for headers in ({}, {"Authorization": f"Bearer {token}"}):
+        resp = await client.get("/image", params={**PAGE, "clean": "1"}, headers=headers)
+        assert resp.status == 403
+    quota = await (await client.get("/rate_limit")).json()
+    assert quota["pools"]["images"]["used"] == 0  # a refusal costs nothing
+
+
+@pytest.mark.parametrize("tier", ["full", "enterprise"])
+async def test_full_tier_keys_get_clean_images_privately(client: TestClient, data_dir: Path, tier: str) -> None:
+    key, _ = _key(data_dir, tier)
+    auth = {"Authorization": f"Bearer {key}"}
+    clean = await client.get("/image", params={**PAGE, "clean": "1"}, headers=auth)
+    marked = await client.get("/image", params=PAGE, headers=auth)
+    assert clean.status == marked.status == 200
+    assert clean.headers["Cache-Control"] == "private, no-store"
+    a, b = _pixels(await clean.read()), _pixels(await marked.read())
+    band = int(a.shape[0] * 0.9)
+    assert _psnr(a[:band], b[:band]) > 40  # the page itself is the same picture
+    assert _psnr(a[band:], b[band:]) < 30  # the bottom band differs: the mark is only in the marked one
+
+
+async def test_key_deliveries_carry_a_provenance_note_with_pixels_untouched(client: TestClient, data_dir: Path) -> None:
+    key, key_id = _key(data_dir, "free")
+    anonymous = await (await client.get("/image", params=PAGE)).read()
+    keyed = await (await client.get("/image", params=PAGE, headers={"Authorization": f"Bearer {key}"})).read()
+    assert read_xmp(anonymous) is None
+    xmp = read_xmp(keyed)
+    assert xmp is not None
+    assert key_id in xmp
+    assert "https://library.example/book/demo-speculum-fornacum?page=2" in xmp
+    note_text = xmp.split("<imagesvc:note>")[1].split("</imagesvc:note>")[0]
+    note = Note.parse(note_text)
+    assert note.key_ref == key_id
+    assert note.title.startswith("Speculum")
+    assert _after_sos(keyed) == _after_sos(anonymous)  # entropy-coded data byte-identical: no re-encode
+    assert np.array_equal(_pixels(keyed), _pixels(anonymous))
+
+
+async def test_illustration_images(client: TestClient) -> None:
+    book = await (await client.get("/books/demo-speculum-fornacum")).json()
+    resp = await client.get("/image", params={"illustration": f"{book['id']}-1:0", "tier": "thumb"})
+    assert resp.status == 200
+    assert max(Image.open(io.BytesIO(await resp.read())).size) <= 300
+    resp = await client.get("/image", params={"illustration": f"{book['id']}-1:9"})
+    assert resp.status == 404
+
+
+@pytest.mark.parametrize(
+    ("params", "status"),
+    [
+        ({}, 400),
+        ({"book": "demo-speculum-fornacum"}, 400),
+        ({**PAGE, "tier": "huge"}, 400),
+        ({**PAGE, "page": "two"}, 400),
+        ({**PAGE, "clean": "maybe"}, 400),
+        ({"book": "nope", "page": "1"}, 404),
+        ({"book": "demo-traite-des-mines", "page": "7"}, 404),
+    ],
+)
+async def test_bad_requests_are_clear_json(client: TestClient, params: dict[str, str], status: int) -> None:
+    resp = await client.get("/image", params=params)
+    body = await resp.json()
+    assert resp.status == status
+    assert body["message"] and body["recovery"]
