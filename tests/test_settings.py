@@ -43,7 +43,7 @@ def test_bad_values_name_the_variable(name: str, value: str) -> None:
 
 
 def test_unknown_variable_is_refused_with_the_known_ones() -> None:
-    with pytest.raises(SettingsError, match="unknown setting IMAGESVC_PROT.*IMAGESVC_PORT"):
+    with pytest.raises(SettingsError, match=r"unknown setting IMAGESVC_PROT.*IMAGESVC_PORT"):
         load_settings({"IMAGESVC_PROT": "1"})
 
 

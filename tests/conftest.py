@@ -1,0 +1,56 @@
+"""Shared pytest fixtures; each block below belongs to one area of the suite."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from tests.servers import S3Server, ServerUnavailable, start_ceph_rgw, start_moto, start_redis
+
+T = TypeVar("T")
+
+
+# ---- real servers (tests/servers.py): started once per session, skipped when unavailable, failed when CI=true ----
+
+
+def _serve(start: Callable[[], tuple[T, Callable[[], None]]]) -> Iterator[T]:
+    """Run one server for the session. Where it cannot start: skip locally, but fail on CI (CI=true), so that a
+    broken CI image never turns a backend's whole suite into silent skips."""
+    try:
+        info, stop = start()
+    except ServerUnavailable as exc:
+        reason = str(exc)
+    else:
+        reason = ""
+    if reason:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and a test server is unavailable: {reason}", pytrace=False)
+        pytest.skip(reason)
+    try:
+        yield info
+    finally:
+        stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[S3Server]:
+    yield from _serve(start_moto)
+
+
+@pytest.fixture(scope="session")
+def ceph_rgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    workdir: Path = tmp_path_factory.mktemp("ceph")
+    yield from _serve(lambda: start_ceph_rgw(workdir))
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    """URL of a throw-away Redis (``redis://127.0.0.1:PORT/0``), empty at session start."""
+    yield from _serve(start_redis)
+
+
+# ---- end of real servers ----

@@ -1,0 +1,131 @@
+"""Start real servers for tests (moto's S3, Ceph RGW, Redis) on free loopback ports, each with a stop function.
+
+Every ``start_*`` raises ``ServerUnavailable`` when the server cannot run on this machine (not installed, failed
+to start); the pytest fixtures in ``tests/conftest.py`` turn that into a skip, or a failure when ``CI=true``.
+No pytest imports here, so scripts and benchmarks can use these too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["S3Server", "ServerUnavailable", "free_port", "start_ceph_rgw", "start_moto", "start_redis"]
+
+REPO = Path(__file__).resolve().parent.parent
+CEPH_SCRIPT = REPO / "scripts" / "ceph-rgw.sh"
+
+Stop = Callable[[], None]
+
+
+class ServerUnavailable(RuntimeError):
+    """A test server cannot be started here; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """How to reach a running S3-compatible server."""
+
+    name: str
+    endpoint_url: str
+    access_key: str
+    secret_key: str
+    region: str = "us-east-1"
+    checks_signatures: bool = True  # moto accepts any secret; Ceph RGW rejects a wrong one
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_moto() -> tuple[S3Server, Stop]:
+    """moto's S3 server in a thread of this process (~0.5 s). It checks no signatures."""
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError as exc:
+        raise ServerUnavailable(f"moto[server] is not installed: {exc}") from exc
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one access-log line per request drowns test output
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    info = S3Server("moto", f"http://{host}:{port}", "moto-access", "moto-secret", checks_signatures=False)
+    return info, server.stop
+
+
+def start_ceph_rgw(workdir: Path, *, timeout: float = 120.0) -> tuple[S3Server, Stop]:
+    """A single-node Ceph cluster with RGW in ``workdir`` via ``scripts/ceph-rgw.sh`` (cold start ~15 s)."""
+    if shutil.which("radosgw") is None or shutil.which("ceph-mon") is None:
+        raise ServerUnavailable("Ceph RGW is not installed (scripts/install-system-deps.sh installs it)")
+    port, mon_port = free_port(), free_port()
+    access, secret = "imagesvc" + secrets.token_hex(6), secrets.token_hex(20)
+    env = {**os.environ, "CEPH_MON_PORT": str(mon_port)}
+
+    def stop() -> None:
+        subprocess.run([str(CEPH_SCRIPT), "stop", str(workdir)], capture_output=True, timeout=60, check=False)
+
+    try:
+        done = subprocess.run(
+            [str(CEPH_SCRIPT), "start", str(workdir), str(port), access, secret],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        stop()
+        raise ServerUnavailable(f"Ceph RGW did not start within {timeout:.0f} s (logs in {workdir})") from exc
+    if done.returncode != 0:
+        stop()
+        raise ServerUnavailable(f"Ceph RGW failed to start (exit {done.returncode}):\n{done.stderr[-4000:]}")
+    return S3Server("ceph", f"http://127.0.0.1:{port}", access, secret), stop
+
+
+def _redis_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def start_redis(*, timeout: float = 10.0) -> tuple[str, Stop]:
+    """A throw-away ``redis-server`` on a free loopback port, persisting nothing; returns its URL and a stop."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise ServerUnavailable("redis-server is not installed (scripts/install-system-deps.sh installs it)")
+    port = free_port()
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    deadline = time.monotonic() + timeout
+    while not _redis_ping(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            output = proc.communicate()[0].decode(errors="replace")[-2000:]
+            raise ServerUnavailable(f"redis-server did not answer on port {port}:\n{output}")
+        time.sleep(0.05)
+    return f"redis://127.0.0.1:{port}/0", stop
