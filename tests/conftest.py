@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
+from tests.library import build_library
 from tests.servers import S3Server, ServerUnavailable, start_ceph_rgw, start_moto, start_redis
 
 T = TypeVar("T")
@@ -54,3 +55,14 @@ def redis_server() -> Iterator[str]:
 
 
 # ---- end of real servers ----
+
+
+# ---- the demo library (tests/library.py): generated and ingested once per session ----
+
+
+@pytest.fixture(scope="session")
+def demo_library(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``{manifest, data, summary}``: the demo sources' manifest, the ingested data dir (read-only for tests: take a
+    private copy with ``tests.library.copy_library``), and the ingest summary."""
+    manifest, data, summary = build_library(tmp_path_factory.mktemp("demo"))
+    return {"manifest": manifest, "data": data, "summary": summary}

@@ -17,12 +17,12 @@ from imagesvc.ingest.pipeline import IngestSummary, ingest
 from imagesvc.settings import load_settings
 from imagesvc.storage.local import LocalStore
 
-__all__ = ["build_library", "copy_library", "run_ingest", "test_settings"]
+__all__ = ["build_library", "copy_library", "run_ingest", "settings_for"]
 
 SITE = "https://library.example"
 
 
-def test_settings(data_dir: Path, **overrides: Any) -> Any:
+def settings_for(data_dir: Path, **overrides: Any) -> Any:
     """Settings for a test app on ``data_dir`` (local storage, SQLite access state)."""
     values: dict[str, Any] = {"data_dir": data_dir, "site_url": SITE, "workers": 2, "session_secret": "test-secret"}
     values.update(overrides)
@@ -50,7 +50,7 @@ def build_library(root: Path) -> tuple[Path, Path, IngestSummary]:
     """Generate the demo sources under ``root/src`` and ingest them into ``root/data``."""
     manifest = generate(root / "src")
     data = root / "data"
-    summary = run_ingest(manifest, test_settings(data))
+    summary = run_ingest(manifest, settings_for(data))
     return manifest, data, summary
 
 

@@ -64,8 +64,12 @@ class IngestSummary:
 
 def render_file(path: str, spec: TierSpec, mark: MarkSpec | None, bboxes: list[tuple[float, float, float, float]]):
     """Process-pool entry: read one master and derive everything from it; a refusal comes back as its message."""
+    from PIL import Image
+
     from imagesvc.imaging.render import render_page
 
+    # Pillow's own bomb guard (process-wide, ~179 MP by default) would otherwise refuse what the setting allows.
+    Image.MAX_IMAGE_PIXELS = spec.max_pixels
     try:
         return render_page(Path(path).read_bytes(), spec, mark, bboxes)
     except ImageRejected as exc:

@@ -10,13 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from imagesvc.app import build_app
-from tests.library import build_library, copy_library, test_settings
-
-
-@pytest.fixture(scope="session")
-def demo_library(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    manifest, data, summary = build_library(tmp_path_factory.mktemp("demo"))
-    return {"manifest": manifest, "data": data, "summary": summary}
+from tests.library import copy_library, settings_for
 
 
 @pytest.fixture
@@ -32,7 +26,7 @@ def make_client(aiohttp_client: Any, data_dir: Path) -> MakeClient:
     """``await make_client(**setting_overrides)``: a client on the real app over this test's data dir."""
 
     async def make(**overrides: Any) -> TestClient:
-        return await aiohttp_client(build_app(test_settings(data_dir, **overrides)))
+        return await aiohttp_client(build_app(settings_for(data_dir, **overrides)))
 
     return make
 

@@ -183,13 +183,13 @@ class FakeResolver:
 
 async def test_verified_crawler_is_never_limited_but_a_spoofed_one_is(aiohttp_client: Any, data_dir: Path) -> None:
     from imagesvc.app import build_app
-    from tests.library import test_settings
+    from tests.library import settings_for
 
     resolver = FakeResolver(
         ptr={"66.249.66.1": ["crawl-66-249-66-1.googlebot.com"], "203.0.113.9": ["crawl.googlebot.com.evil.example"]},
         a={"crawl-66-249-66-1.googlebot.com": ["66.249.66.1"], "crawl.googlebot.com.evil.example": ["203.0.113.9"]},
     )
-    settings = test_settings(data_dir, trusted_proxies=("127.0.0.1",))
+    settings = settings_for(data_dir, trusted_proxies=("127.0.0.1",))
     client = await aiohttp_client(build_app(settings, resolver=resolver))
     bot = {"User-Agent": "Mozilla/5.0 (compatible; Googlebot/2.1)", "X-Forwarded-For": "66.249.66.1"}
     for _ in range(70):
@@ -204,9 +204,9 @@ async def test_verified_crawler_is_never_limited_but_a_spoofed_one_is(aiohttp_cl
 
 async def test_assistant_fetch_exempt_only_from_configured_networks(aiohttp_client: Any, data_dir: Path) -> None:
     from imagesvc.app import build_app
-    from tests.library import test_settings
+    from tests.library import settings_for
 
-    settings = test_settings(data_dir, trusted_proxies=("127.0.0.1",), assistant_networks=("192.0.2.0/24",))
+    settings = settings_for(data_dir, trusted_proxies=("127.0.0.1",), assistant_networks=("192.0.2.0/24",))
     client = await aiohttp_client(build_app(settings))
     inside = {"User-Agent": "Mozilla/5.0 Claude-User/1.0", "X-Forwarded-For": "192.0.2.10"}
     outside = {"User-Agent": "Mozilla/5.0 Claude-User/1.0", "X-Forwarded-For": "198.51.100.10"}

@@ -1,0 +1,143 @@
+"""Visible provenance marks: a translucent band along the bottom edge naming the site, citation URL and institution."""
+
+from __future__ import annotations
+
+import unicodedata
+from functools import lru_cache
+from pathlib import Path
+
+from PIL import Image, ImageDraw, ImageFont
+
+from imagesvc.imaging import MarkSpec, TierSpec
+from imagesvc.imaging.tiers import decode, encode_jpeg, rejecting
+
+__all__ = ["MIN_FONT", "apply_mark", "mark_lines", "rebake", "sanitize"]
+
+_FONT_PATHS = (
+    Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"),
+    Path(__file__).with_name("fonts") / "DejaVuSans.ttf",
+)
+MIN_FONT = 10
+_MAX_FONT = 120
+_FONT_PER_WIDTH = 0.014  # font px per image px: 28 px on a 2000 px display tier
+_MAX_BAND = 0.14  # the band never covers more than this share of the image height
+_BAND_RGBA = (0, 0, 0, 100)
+_TEXT_RGBA = (255, 255, 255, 235)
+_STROKE_RGBA = (0, 0, 0, 150)
+# Characters Pillow would draw as boxes or that could hide text: controls, format (incl. tag characters), surrogates,
+# private-use and unassigned code points.
+_STRIPPED = {"Cc", "Cf", "Cs", "Co", "Cn"}
+
+Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
+
+
+def sanitize(text: str) -> str:
+    """Drop invisible and undrawable characters and collapse whitespace runs to single spaces."""
+    kept = "".join(
+        " " if ch.isspace() else ch for ch in text if ch.isspace() or unicodedata.category(ch) not in _STRIPPED
+    )
+    return " ".join(kept.split())
+
+
+@lru_cache(maxsize=64)
+def _font(size: int) -> Font:
+    for path in _FONT_PATHS:
+        if path.is_file():
+            return ImageFont.truetype(str(path), size)
+    return ImageFont.load_default(size=size)
+
+
+def mark_lines(mark: MarkSpec) -> list[list[str]]:
+    """The layouts tried in order of preference: everything on one line, two lines, site and URL, site alone."""
+    site, url, institution = sanitize(mark.site), sanitize(mark.citation_url), sanitize(mark.institution)
+    credit = f"digitized by {institution}" if institution else ""
+    head = " · ".join(part for part in (site, url) if part)
+    full = " · ".join(part for part in (head, credit) if part)
+    variants = [[full], [head, credit], [head], [site or head or credit]]
+    unique: list[list[str]] = []
+    for lines in variants:
+        lines = [line for line in lines if line]
+        if lines and lines not in unique:
+            unique.append(lines)
+    return unique
+
+
+def _width(text: str, font: Font, stroke: int) -> float:
+    return font.getlength(text) + 2 * stroke
+
+
+def _layout(lines: list[str], nominal: int, width: int, height: int, floor: int) -> int | None:
+    """The largest font size in [floor, nominal] at which ``lines`` fit the width and the band limit, else None."""
+    size = nominal
+    while size >= floor:
+        font = _font(size)
+        stroke = max(1, size // 14)
+        fits_width = max(_width(line, font, stroke) for line in lines) <= width - 2 * size
+        band = len(lines) * round(size * 1.3) + size
+        if fits_width and band <= height * _MAX_BAND:
+            return size
+        size -= max(1, size // 12)
+    return None
+
+
+def _truncate(text: str, font: Font, stroke: int, room: float) -> str:
+    if _width(text, font, stroke) <= room:
+        return text
+    while text and _width(text + "…", font, stroke) > room:
+        text = text[:-1]
+    return text.rstrip() + "…" if text else ""
+
+
+def apply_mark(img: Image.Image, mark: MarkSpec) -> Image.Image:
+    """Return a copy of RGB ``img`` with the mark drawn in a translucent band along its bottom edge.
+
+    The font scales with the width (``MIN_FONT`` to 120 px); text that does not fit is wrapped, then shortened to the
+    site and URL, then to the site alone, then truncated with an ellipsis. Deterministic for a given font file.
+    """
+    width, height = img.size
+    nominal = max(MIN_FONT, min(_MAX_FONT, round(width * _FONT_PER_WIDTH)))
+    variants = mark_lines(mark)
+    if not variants:  # nothing drawable was left after sanitising
+        return img.copy()
+    chosen, size = variants[-1], MIN_FONT
+    for index, lines in enumerate(variants):
+        last = index == len(variants) - 1
+        fitted = _layout(lines, nominal, width, height, MIN_FONT if last else max(MIN_FONT, round(nominal * 0.7)))
+        if fitted is not None:
+            chosen, size = lines, fitted
+            break
+    font, stroke = _font(size), max(1, size // 14)
+    chosen = [_truncate(line, font, stroke, width - 2 * size) for line in chosen]
+    line_height = round(size * 1.3)
+    band_height = min(height, len(chosen) * line_height + size)
+    overlay = Image.new("RGBA", (width, band_height), _BAND_RGBA)
+    draw = ImageDraw.Draw(overlay)
+    y = (band_height - len(chosen) * line_height) / 2 + line_height / 2
+    for line in chosen:
+        draw.text(
+            (width / 2, y), line, font=font, fill=_TEXT_RGBA, anchor="mm", stroke_width=stroke, stroke_fill=_STROKE_RGBA
+        )
+        y += line_height
+    box = (0, height - band_height, width, height)
+    band = Image.alpha_composite(img.crop(box).convert("RGBA"), overlay).convert("RGB")
+    out = img.convert("RGB") if img.mode != "RGB" else img.copy()
+    out.paste(band, box[:2])
+    return out
+
+
+def rebake(
+    clean_display_or_full: bytes, mark: MarkSpec, spec: TierSpec, *, native_longest_side: int | None = None
+) -> bytes:
+    """Re-mark a clean tier: decode it, draw ``mark``, encode with the pinned JPEG settings.
+
+    Gives the same bytes as the public tier ``render_page`` made from this clean tier. Whether a mark is drawn
+    follows ``spec.mark_min_side`` applied to ``native_longest_side`` (the page's or crop's native longest side,
+    needed for thumbs) or, when omitted, to this tier's own size; unmarked tiers come back unchanged.
+    Raises ``ImageRejected`` when the bytes cannot be decoded.
+    """
+    _, img = decode(clean_display_or_full, spec)
+    longest = native_longest_side if native_longest_side is not None else max(img.size)
+    if longest < spec.mark_min_side:
+        return clean_display_or_full
+    with rejecting("cannot mark the image"):
+        return encode_jpeg(apply_mark(img, mark), spec.quality)

@@ -1,0 +1,138 @@
+"""The ingest entry point: one page master in, every clean and marked tier of the page and its illustrations out."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from PIL import Image
+
+from imagesvc.errors import ImageRejected
+from imagesvc.imaging import IllustrationRenditions, MarkSpec, PageRenditions, Rendition, TierSpec
+from imagesvc.imaging.hashing import perceptual_hashes
+from imagesvc.imaging.marks import apply_mark
+from imagesvc.imaging.tiers import (
+    decode,
+    encode_jpeg,
+    fit_size,
+    make_rendition,
+    open_checked,
+    oriented_size,
+    rejecting,
+    resize_to,
+)
+
+__all__ = ["pixel_box", "render_page"]
+
+# JPEG masters in these modes are published byte for byte; CMYK/YCCK ones are re-encoded because many clients show
+# (Adobe-inverted) CMYK JPEGs wrongly or not at all.
+_COPYABLE_JPEG_MODES = ("RGB", "L")
+_EPS = 1e-6
+
+
+def pixel_box(index: int, bbox: Sequence[float], width: int, height: int) -> tuple[int, int, int, int]:
+    """Turn a 0-1 ``(x, y, width, height)`` box into a pixel box of a ``width`` x ``height`` page, clamped to it.
+
+    Edges round outwards (floor/ceil) so a box never loses a partly covered pixel. Raises ``ImageRejected`` naming
+    ``index`` when the box is malformed or empty after clamping.
+    """
+    if len(bbox) != 4 or not all(isinstance(v, int | float) and math.isfinite(v) for v in bbox):
+        raise ImageRejected(
+            f"illustration {index}: bbox must be four finite numbers (x, y, width, height), got {bbox!r}"
+        )
+    x, y, w, h = (float(v) for v in bbox)
+    # The epsilon keeps float noise (0.5 + 0.4 = 0.9000000000000001) from adding a pixel row.
+    left = min(max(math.floor(x * width + _EPS), 0), width)
+    top = min(max(math.floor(y * height + _EPS), 0), height)
+    right = min(max(math.ceil((x + w) * width - _EPS), 0), width)
+    bottom = min(max(math.ceil((y + h) * height - _EPS), 0), height)
+    if right <= left or bottom <= top:
+        raise ImageRejected(f"illustration {index}: bbox {tuple(bbox)!r} is empty once clamped to the page")
+    return left, top, right, bottom
+
+
+def _decoded_clean(clean: Rendition, spec: TierSpec, pixels: Image.Image | None) -> Image.Image:
+    # Marks are drawn on the pixels a later decode of the stored clean tier gives, so `marks.rebake` reproduces the
+    # public tier byte for byte. `pixels` short-cuts that decode when the caller already holds exactly those pixels.
+    return pixels if pixels is not None else decode(clean.data, spec)[1]
+
+
+def _tiers(
+    full: Image.Image,
+    clean_full: bytes | None,
+    spec: TierSpec,
+    mark: MarkSpec | None,
+    full_pixels_exact: bool,
+) -> tuple[dict[str, Rendition], dict[str, Rendition], Image.Image]:
+    """Clean and public tiers of one oriented RGB image; returns (clean, public, thumb pixels)."""
+    width, height = full.size
+    if clean_full is None:
+        clean_full = encode_jpeg(full, spec.quality)
+    display_size = fit_size(width, height, spec.display)
+    display = resize_to(full, display_size)
+    thumb_size = fit_size(width, height, spec.thumb)
+    thumb = resize_to(display, thumb_size)
+    clean = {
+        "full": make_rendition("full", clean_full, (width, height)),
+        "display": make_rendition("display", encode_jpeg(display, spec.quality), display_size),
+        "thumb": make_rendition("thumb", encode_jpeg(thumb, spec.quality), thumb_size),
+    }
+    if mark is None or max(width, height) < spec.mark_min_side:
+        return clean, dict(clean), thumb
+    public: dict[str, Rendition] = {}
+    for tier, rendition in clean.items():
+        pixels = _decoded_clean(rendition, spec, full if tier == "full" and full_pixels_exact else None)
+        marked = apply_mark(pixels, mark)
+        public[tier] = make_rendition(tier, encode_jpeg(marked, spec.quality), marked.size)
+    return clean, public, thumb
+
+
+def _small_tiers_only(
+    master: bytes, rgb: Image.Image, size: tuple[int, int], spec: TierSpec
+) -> tuple[dict[str, Rendition], dict[str, Rendition]]:
+    """Tiers of an unmarked JPEG page without illustrations: full is the master itself, the rest from a draft decode."""
+    width, height = size
+    display_size = fit_size(width, height, spec.display)
+    display = resize_to(rgb, display_size)
+    thumb_size = fit_size(width, height, spec.thumb)
+    clean = {
+        "full": make_rendition("full", master, size),
+        "display": make_rendition("display", encode_jpeg(display, spec.quality), display_size),
+        "thumb": make_rendition("thumb", encode_jpeg(resize_to(display, thumb_size), spec.quality), thumb_size),
+    }
+    return clean, dict(clean)
+
+
+def render_page(
+    master: bytes, spec: TierSpec, mark: MarkSpec | None, bboxes: Sequence[tuple[float, float, float, float]]
+) -> PageRenditions:
+    """Decode ``master`` once and derive every tier of the page and of each illustration box (0-1, oriented page).
+
+    Clean tiers: ``full`` (a JPEG master byte for byte unless CMYK, else JPEG at native size), ``display`` and
+    ``thumb`` (longest side ``spec.display`` / ``spec.thumb``, never enlarged). Public tiers are the clean ones with
+    ``mark`` drawn when the native longest side is at least ``spec.mark_min_side``, otherwise the clean ones.
+    Deterministic. Raises ``ImageRejected`` for corrupt, truncated, unsupported or oversized masters and bad boxes.
+    """
+    header = open_checked(master, spec)
+    fmt = header.format or "unknown"
+    width, height = oriented_size(header)
+    boxes = [pixel_box(i, bbox, width, height) for i, bbox in enumerate(bboxes)]
+    copy_full = fmt == "JPEG" and header.mode in _COPYABLE_JPEG_MODES
+    marked = mark is not None and max(width, height) >= spec.mark_min_side
+    with rejecting("cannot derive tiers"):
+        if copy_full and not marked and not boxes:
+            # Nothing needs full-resolution pixels: decode at the smallest DCT scale that still covers display.
+            _, rgb = decode(master, spec, longest=spec.display)
+            clean, public = _small_tiers_only(master, rgb, (width, height), spec)
+            return PageRenditions(fmt, width, height, clean, public, [])
+        _, rgb = decode(master, spec)
+        if rgb.size != (width, height):
+            raise ImageRejected(f"decoded size {rgb.size} does not match the header size {(width, height)}")
+        clean, public, _ = _tiers(rgb, master if copy_full else None, spec, mark, full_pixels_exact=copy_full)
+        illustrations = []
+        for index, box in enumerate(boxes):
+            crop = rgb.crop(box)
+            crop_clean, crop_public, thumb = _tiers(crop, None, spec, mark, full_pixels_exact=False)
+            phash, dhash = perceptual_hashes(thumb)
+            illustrations.append(IllustrationRenditions(index, crop_clean, crop_public, phash, dhash))
+    return PageRenditions(fmt, width, height, clean, public, illustrations)

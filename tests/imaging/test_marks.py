@@ -1,0 +1,77 @@
+"""Visible marks: drawn only in a bottom band, scaled to the width, shortened to fit, free of invisible characters."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from imagesvc.imaging import MarkSpec, TierSpec
+from imagesvc.imaging.marks import apply_mark, mark_lines, rebake, sanitize
+from tests.imaging.awkward import encode, page_image
+from tests.imaging.helpers import MARK, psnr
+
+
+def changed_rows(before: Image.Image, after: Image.Image) -> np.ndarray:
+    diff = np.abs(np.asarray(before, dtype=np.int16) - np.asarray(after, dtype=np.int16)).max(axis=(1, 2))
+    return np.flatnonzero(diff > 0)
+
+
+@pytest.mark.parametrize("size", [(2000, 1400), (300, 210), (600, 900), (6000, 4000)])
+def test_mark_sits_in_a_bottom_band_of_bounded_height(size: tuple[int, int]) -> None:
+    page = Image.new("RGB", size, (236, 224, 196))
+    marked = apply_mark(page, MARK)
+    rows = changed_rows(page, marked)
+    assert marked.size == page.size and rows.size > 0
+    assert rows.min() >= size[1] * (1 - 0.14), "the band reaches too high"
+    assert rows.max() == size[1] - 1, "the band is not at the bottom edge"
+    assert page.getpixel((0, size[1] - 1)) == (236, 224, 196), "the input was modified"
+
+
+def test_mark_is_dark_band_with_light_text_so_it_reads_on_light_and_dark_pages() -> None:
+    for colour in ((250, 250, 250), (10, 10, 10)):
+        page = Image.new("RGB", (2000, 1400), colour)
+        band = np.asarray(apply_mark(page, MARK))[-40:, :, :].astype(int).sum(axis=2)
+        assert band.max() - band.min() > 400, f"text does not stand out on {colour}"
+
+
+def test_long_text_is_shortened_on_a_thumbnail_but_kept_whole_on_display() -> None:
+    thumb = apply_mark(Image.new("RGB", (300, 210), (240, 230, 200)), MARK)
+    display = apply_mark(Image.new("RGB", (2000, 1400), (240, 230, 200)), MARK)
+
+    # The display band holds one long line: its text spans most of the width; the thumb's text is the site only.
+    def text_span(img: Image.Image) -> float:
+        bright = np.flatnonzero((np.asarray(img)[-60:, :, :].min(axis=2) > 230).any(axis=0))
+        return (bright.max() - bright.min()) / img.width
+
+    assert text_span(display) > 0.6
+    assert text_span(thumb) < text_span(display)
+    assert mark_lines(MARK)[-1] == ["Rare Books Digital Library"]
+
+
+def test_invisible_and_tag_characters_are_stripped() -> None:
+    hidden = "Rare\u200b Books\u2060 \U000e0041\U000e0042Library\x07\ufeff"
+    assert sanitize(hidden) == "Rare Books Library"
+    same = MarkSpec(site=hidden, citation_url=MARK.citation_url, institution=MARK.institution)
+    plain = MarkSpec(site="Rare Books Library", citation_url=MARK.citation_url, institution=MARK.institution)
+    page = page_image(1200, 800)
+    assert np.array_equal(np.asarray(apply_mark(page, same)), np.asarray(apply_mark(page, plain)))
+
+
+def test_mark_is_deterministic() -> None:
+    page = page_image(1500, 1000)
+    assert encode(apply_mark(page, MARK)) == encode(apply_mark(page, MARK))
+
+
+def test_rebake_marks_large_tiers_and_leaves_small_ones() -> None:
+    spec = TierSpec()
+    clean = encode(page_image(1000, 700), quality=88)
+    marked = rebake(clean, MARK, spec)
+    before, after = (Image.open(io.BytesIO(b)).convert("RGB") for b in (clean, marked))
+    assert psnr(np.asarray(before)[:500], np.asarray(after)[:500]) > 38
+    assert psnr(np.asarray(before)[-20:], np.asarray(after)[-20:]) < 25
+    small = encode(page_image(300, 210), quality=88)
+    assert rebake(small, MARK, spec) == small
+    assert rebake(small, MARK, spec, native_longest_side=3000) != small  # a thumb of a large page is marked
