@@ -18,7 +18,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
-    "Access-Control-Expose-Headers": "ETag, Retry-After, RateLimit, RateLimit-Policy, X-Request-Id, Content-Range",
+    "Access-Control-Expose-Headers": "ETag, Retry-After, RateLimit, RateLimit-Policy, X-Request-Id, Content-Range, "
+    "X-Pages-Truncated",
 }
 PREFLIGHT_HEADERS = {
     "Access-Control-Allow-Methods": "GET, HEAD, POST, DELETE, OPTIONS",
