@@ -1,0 +1,72 @@
+"""Who is calling: client addresses behind proxies, IPv6 per /64, session tokens, crawler verification."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from imagesvc.access.identity import CrawlerVerifier, client_address, sign_session, subject_for_address, verify_session
+from imagesvc.errors import Unauthorized
+
+
+@pytest.mark.parametrize(
+    ("peer", "xff", "trusted", "expected"),
+    [
+        ("203.0.113.5", "198.51.100.1", (), "203.0.113.5"),  # no trusted proxy: the header is ignored
+        ("10.0.0.2", "198.51.100.1", ("10.0.0.0/8",), "198.51.100.1"),
+        ("10.0.0.2", "1.2.3.4, 198.51.100.1, 10.0.0.3", ("10.0.0.0/8",), "198.51.100.1"),  # spoofed left part skipped
+        ("10.0.0.2", "garbage, 10.0.0.9", ("10.0.0.0/8",), "garbage"),
+        ("10.0.0.2", None, ("10.0.0.0/8",), "10.0.0.2"),
+    ],
+)
+def test_client_address(peer: str, xff: str | None, trusted: tuple[str, ...], expected: str) -> None:
+    assert client_address(peer, xff, trusted) == expected
+
+
+def test_ipv6_is_counted_per_64_and_mapped_ipv4_as_ipv4() -> None:
+    a = subject_for_address("2001:db8:1:2::1")
+    b = subject_for_address("2001:db8:1:2:ffff::9")
+    c = subject_for_address("2001:db8:1:3::1")
+    assert a == b == "ip6:2001:db8:1:2::/64"
+    assert c != a
+    assert subject_for_address("::ffff:192.0.2.7") == "ip:192.0.2.7"
+    assert subject_for_address("192.0.2.7") == "ip:192.0.2.7"
+
+
+def test_session_tokens_round_trip_and_fail_closed() -> None:
+    token = sign_session("42", int(time.time()) + 60, "s3cret")
+    assert token.startswith("sess.v1.42.")
+    assert verify_session(token, "s3cret") == "42"
+    with pytest.raises(Unauthorized, match="signature"):
+        verify_session(token, "other")
+    with pytest.raises(Unauthorized, match="expired"):
+        verify_session(sign_session("42", int(time.time()) - 1, "s3cret"), "s3cret")
+    with pytest.raises(Unauthorized, match="no session tokens"):
+        verify_session(token, "")
+    tampered = token.replace("sess.v1.42.", "sess.v1.43.")
+    with pytest.raises(Unauthorized):
+        verify_session(tampered, "s3cret")
+
+
+class Resolver:
+    def __init__(self, ptr: dict[str, list[str]], a: dict[str, list[str]]) -> None:
+        self.ptr, self.a = ptr, a
+
+    async def reverse(self, address: str) -> list[str]:
+        return self.ptr.get(address, [])
+
+    async def forward(self, hostname: str) -> list[str]:
+        return self.a.get(hostname, [])
+
+
+async def test_crawler_needs_forward_confirmed_reverse_dns() -> None:
+    resolver = Resolver(
+        ptr={"1.1.1.1": ["a.googlebot.com"], "2.2.2.2": ["a.googlebot.com"], "3.3.3.3": ["googlebot.com.evil.example"]},
+        a={"a.googlebot.com": ["1.1.1.1"], "googlebot.com.evil.example": ["3.3.3.3"]},
+    )
+    verifier = CrawlerVerifier(["googlebot.com"], resolver)
+    assert await verifier.verify("1.1.1.1")
+    assert not await verifier.verify("2.2.2.2")  # the name does not resolve back to this address
+    assert not await verifier.verify("3.3.3.3")  # the name is not under the domain
+    assert not await verifier.verify("4.4.4.4")  # no PTR at all
