@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,10 +11,12 @@ from aiohttp import web
 from imagesvc.access import make_access
 from imagesvc.access.identity import CrawlerVerifier, Identifier, Resolver, SystemResolver
 from imagesvc.catalog import Catalog
+from imagesvc.observability import MeteredStore, Metrics
 from imagesvc.services import Services, colophon_secret
 from imagesvc.storage import make_store
 from imagesvc.web.access import access_middleware
-from imagesvc.web.keys import ACCESS, IDENTIFIER, SERVICES
+from imagesvc.web.keys import ACCESS, IDENTIFIER, IIIF, METRICS, SEARCH, SERVICES
+from imagesvc.web.metrics import observe_middleware, rejections_middleware
 from imagesvc.web.middleware import cors_middleware, error_middleware, on_prepare
 from imagesvc.web.routes import add_routes
 
@@ -26,12 +29,16 @@ def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Applica
     ``resolver`` answers the DNS look-ups of crawler verification (the system resolver by default).
     """
     resolver = resolver or SystemResolver()
-    app = web.Application(middlewares=[cors_middleware, error_middleware, access_middleware])
+    # observe is outermost so it sees every final status; rejections sits inside error to see 429s as errors.
+    app = web.Application(
+        middlewares=[observe_middleware, cors_middleware, error_middleware, rejections_middleware, access_middleware]
+    )
+    app[METRICS] = Metrics(settings.data_dir)
     app.on_response_prepare.append(on_prepare)
 
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:
         catalog = Catalog(settings.data_dir / "catalog.sqlite3")
-        store = make_store(settings)
+        store = MeteredStore(make_store(settings), app[METRICS].store_errors)
         app[SERVICES] = Services(settings, catalog, store, colophon_secret(settings))
         app[IDENTIFIER] = Identifier(settings, catalog, CrawlerVerifier(settings.crawler_domains, resolver))
         try:
@@ -47,6 +54,39 @@ def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Applica
         finally:
             await access.close()
 
+    async def search_ctx(app: web.Application) -> AsyncIterator[None]:
+        # Cheap: the model and the vector matrix load on the first query that needs them.
+        from imagesvc.search.engine import engine_for
+
+        app[SEARCH] = engine = engine_for(app[SERVICES])
+        logging.getLogger("imagesvc.search").info("gallery search: CLIP %s", engine.spec.describe())
+        yield
+
     app.cleanup_ctx.extend([services_ctx, access_ctx])
+    app.cleanup_ctx.append(search_ctx)
+    if settings.snapshot_prefix:
+        # Follow published catalog snapshots (docs/operations.md); the middleware goes first so that everything a
+        # request reads, the caller's key included, comes from one snapshot.
+        from imagesvc.catalog.follow import snapshot_ctx, snapshot_middleware
+
+        app.middlewares.insert(0, snapshot_middleware)
+        app.cleanup_ctx.append(snapshot_ctx)
+
+    async def iiif_ctx(app: web.Application) -> AsyncIterator[None]:
+        # Threads suffice for IIIF pixel work: Pillow releases the GIL while it decodes, resamples and encodes.
+        from concurrent.futures import ThreadPoolExecutor
+
+        from imagesvc.imaging.iiif import Limits
+        from imagesvc.tools.iiif import DerivativeCache, IiifRuntime
+
+        pool = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="iiif")
+        limits = Limits(settings.iiif_max_width, settings.iiif_max_width, settings.iiif_max_area)
+        app[IIIF] = IiifRuntime(pool, DerivativeCache(app[SERVICES].store, settings.iiif_cache_bytes), limits)
+        try:
+            yield
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    app.cleanup_ctx.append(iiif_ctx)
     add_routes(app)
     return app

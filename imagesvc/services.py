@@ -43,6 +43,7 @@ class Services:
     catalog: Catalog
     store: ObjectStore
     colophon_secret: bytes = b""
+    search: Any = None  # the gallery SearchEngine, made on first use by imagesvc.search.engine.engine_for
 
     def image_url(self, public_key: str) -> str:
         """Public URL of an object under ``pub/`` on the image host."""

@@ -38,6 +38,13 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError("expected a whole number, 0 or more")
+    return value
+
+
 def _port(raw: str) -> int:
     value = int(raw)
     if not 0 <= value <= 65535:
@@ -124,6 +131,51 @@ class Settings:
         "", "Secret that signs provenance notes (empty: one is generated and kept in the data dir).", str, secret=True
     )
     log_level: str = _opt("info", "Logging level.", _choice("debug", "info", "warning", "error"))
+    log_format: str = _opt(
+        "text",
+        "Log line format: text (for people) or json (one object per line, for collectors).",
+        _choice("text", "json"),
+    )
+    shutdown_timeout: int = _opt(
+        15, "Seconds `serve` waits for in-flight requests after SIGTERM before cancelling them.", _positive_int
+    )
+    iiif_max_width: int = _opt(
+        10_000, "IIIF maxWidth and maxHeight: no IIIF output is wider or taller (upscaling included).", _positive_int
+    )
+    iiif_max_area: int = _opt(40_000_000, "IIIF maxArea: the most pixels one IIIF output may have.", _positive_int)
+    iiif_cache_bytes: int = _opt(
+        1 << 30, "Bound of the IIIF derivative cache under cache/iiif/ in the store, in bytes (0: no cache).", int
+    )
+    iiif_test_id: str = _opt(
+        "", "IIIF identifier of the validator's test pattern, served unmarked from IIIF_TEST_IMAGE (empty: none).", str
+    )
+    iiif_test_image: str = _opt("", "Image file served as IIIF_TEST_ID (the official validator's test pattern).", str)
+    clip_model: str = _opt("ViT-B-32", "open_clip model name of the gallery's image and text encoder.", str)
+    clip_weights: str = _opt(
+        "",
+        "CLIP weights: a .pt/.safetensors file, local-dir:DIR (open_clip hub layout), or random (tests and "
+        "benchmarks only: meaningless ranking). Empty: CLIP is off and gallery search is full-text only.",
+        str,
+    )
+    clip_device: str = _opt(
+        "auto", "Where CLIP runs: auto (CUDA when present), cpu or cuda.", _choice("auto", "cpu", "cuda")
+    )
+    clip_threads: int = _opt(2, "CPU threads torch may use for CLIP.", _positive_int)
+    clip_batch: int = _opt(64, "Images per CLIP batch during `imagesvc index`.", _positive_int)
+    snapshot_prefix: str = _opt(
+        "",
+        "Key prefix in the object store under which catalog snapshots live (empty: off). ingest and index publish "
+        "a snapshot there; serve follows the newest one (docs/operations.md).",
+        str,
+    )
+    snapshot_poll_seconds: int = _opt(
+        60,
+        "Seconds between checks for a newer catalog snapshot while serving (0: only at start and on SIGHUP).",
+        _non_negative_int,
+    )
+    query_cache_size: int = _opt(
+        1024, "Text-query embeddings kept in memory (least recently used are dropped).", _positive_int
+    )
 
     @property
     def image_base(self) -> str:

@@ -23,6 +23,7 @@ class Meter:
     caller: Caller
     reservations: list[Reservation] = field(default_factory=list)
     states: dict[str, PoolState] = field(default_factory=dict)
+    uncapped: dict[str, int] = field(default_factory=dict)  # units of uncapped pools, metered once delivered
 
     async def reserve(self, pool: str, units: int, *, allow_partial: bool = False) -> int:
         """Hold ``units`` of ``pool`` (fewer with ``allow_partial``); returns the units granted.
@@ -32,6 +33,13 @@ class Meter:
         """
         allowance = self.caller.allowance
         limit = allowance.budget(pool)
+        if limit is None:
+            # Nothing to hold back for an uncapped pool (paid tiers, exempt callers): skip the reservation round trip
+            # and only meter what is delivered, when the meter settles.
+            if units < 1:
+                raise ValueError("units must be at least 1")
+            self.uncapped[pool] = self.uncapped.get(pool, 0) + units
+            return units
         result = await self.access.reserve(self.caller.subject, pool, units, limit, allow_partial=allow_partial)
         if not isinstance(result, Reservation):
             raise rate_limited(allowance, pool, result)
@@ -48,9 +56,21 @@ class Meter:
         self.states.setdefault(pool, state)
         return state
 
+    def adopt(self, other: Meter) -> None:
+        """Take over another meter's unsettled holdings (one tool call's meter joining its request's)."""
+        self.reservations.extend(other.reservations)
+        self.states.update(other.states)
+        for pool, units in other.uncapped.items():
+            self.uncapped[pool] = self.uncapped.get(pool, 0) + units
+        other.reservations, other.uncapped = [], {}
+
     async def settle(self, delivered: bool) -> None:
         """Commit every reservation when the response went out, refund them all when it did not."""
         pending, self.reservations = self.reservations, []
+        uncapped, self.uncapped = self.uncapped, {}
+        if delivered:
+            for pool, units in uncapped.items():
+                await self.access.record(self.caller.subject, pool, units)
         for reservation in pending:
             if delivered:
                 await self.access.commit(reservation)

@@ -28,7 +28,7 @@ from imagesvc.ingest.manifest import Manifest
 from imagesvc.ingest.objects import clean_key, master_key, public_key, write_if_changed, write_immutable
 from imagesvc.storage import ObjectStore
 
-__all__ = ["DERIVATION_VERSION", "IngestSummary", "ingest", "render_file"]
+__all__ = ["DERIVATION_VERSION", "IngestSummary", "digest", "ingest", "render_file", "tier_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _digest(*parts: Any) -> str:
+def digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -112,7 +112,7 @@ class _BookJob:
                 self.master_sha[page["number"]] = await asyncio.to_thread(
                     _file_sha256, self.manifest.image_path(page["image"])
                 )
-        source_hash = _digest(
+        source_hash = digest(
             DERIVATION_VERSION,
             book,
             self.master_sha,
@@ -173,7 +173,7 @@ class _BookJob:
                 return row, {}, []
             bboxes = [(b["x"], b["y"], b["width"], b["height"]) for b in (i["bbox"] for i in illus_meta)]
             mark = self.mark_for(number)
-            derivation = _digest(DERIVATION_VERSION, self.master_sha[number], asdict(ctx.spec), mark, bboxes)
+            derivation = digest(DERIVATION_VERSION, self.master_sha[number], asdict(ctx.spec), mark, bboxes)
             reused = self._reuse(pid, derivation, len(illus_meta))
             if reused is not None:
                 renditions, hashes, prev = reused

@@ -19,6 +19,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import BinaryIO
 
 from imagesvc.errors import InvalidRequest
 from imagesvc.storage import (
@@ -119,8 +120,12 @@ class LocalStore:
         tmp.write_text(json.dumps(meta), encoding="utf-8")
         os.replace(tmp, _sidecar(path))
 
-    def _info(self, key: str, path: Path, st: os.stat_result) -> ObjectInfo:
-        """Metadata for the data file whose stat is ``st``, from the sidecar when it describes that very file."""
+    def _info(self, key: str, path: Path, st: os.stat_result, fh: BinaryIO | None = None) -> ObjectInfo:
+        """Metadata for the data file whose stat is ``st``, from the sidecar when it describes that very file.
+
+        Otherwise the ETag is computed from the file itself: from ``fh`` when the caller holds it open (so it
+        describes the bytes that caller read, even if the key was replaced meanwhile), else by opening ``path``.
+        """
         try:
             meta = json.loads(_sidecar(path).read_text(encoding="utf-8"))
             if (meta["ino"], meta["size"], meta["mtime_ns"]) == (st.st_ino, st.st_size, st.st_mtime_ns):
@@ -129,8 +134,9 @@ class LocalStore:
         except (OSError, ValueError, KeyError, TypeError):
             content_type = _DEFAULT_TYPE
         digest = hashlib.md5()
-        with path.open("rb") as fh:
-            while chunk := fh.read(1 << 20):
+        with contextlib.nullcontext(fh) if fh is not None else path.open("rb") as source:
+            source.seek(0)
+            while chunk := source.read(1 << 20):
                 digest.update(chunk)
         return ObjectInfo(key=key, size=st.st_size, etag=digest.hexdigest(), content_type=content_type)
 
@@ -159,7 +165,7 @@ class LocalStore:
                     )
                 fh.seek(start)
                 data = fh.read(min(end, st.st_size - 1) - start + 1)
-            info = self._info(key, path, st)
+            info = self._info(key, path, st, fh)
         return StoredObject(info=info, data=data)
 
     async def head(self, key: str) -> ObjectInfo | None:

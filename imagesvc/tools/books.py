@@ -75,7 +75,7 @@ def page_entry(services: Services, book: dict[str, Any], page: dict[str, Any], t
     {
         "properties": {
             "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
-            "offset": {"type": "integer", "minimum": 0, "default": 0},
+            "offset": {"type": "integer", "minimum": 0, "maximum": 1_000_000_000, "default": 0},
         }
     },
 )
@@ -114,5 +114,6 @@ async def get_book(services: Services, call: Call, book_id: str) -> dict[str, An
         "chapters": book["chapters"],
         "edition": book["edition"],
         "viewing_direction": book["viewing_direction"],
+        "iiif_manifest": f"{services.settings.site_url}/iiif/3/manifest/{book['id']}",
         "pages": [page_entry(services, book, p, tiers[p["id"]]) for p in pages],
     }

@@ -14,14 +14,18 @@ from aiohttp import web
 from imagesvc.access import Allowed
 from imagesvc.access.headers import rate_headers, rate_limited
 from imagesvc.access.meter import Meter
-from imagesvc.web.keys import ACCESS, CALLER, IDENTIFIER, METER, RATE_HEADERS
+from imagesvc.web.keys import ACCESS, CALLER, IDENTIFIER, METER, RATE_HEADERS, REQUEST_DENIED
 
 __all__ = ["UNCOUNTED_PATHS", "access_middleware"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Free routes: they count against nothing (the quota endpoint must not spend what it reports).
-UNCOUNTED_PATHS = frozenset({"/health", "/rate_limit", "/openapi.json", "/llms.txt"})
+UNCOUNTED_PATHS = frozenset({"/health", "/rate_limit", "/openapi.json", "/llms.txt", "/metrics"})
+
+# Deep zoom asks for dozens of tiles a screen: IIIF requests are not held to the request limit; each one is charged
+# to the image budget by the pixel area it delivers instead (docs/iiif.md), which bounds what a caller can take.
+BUDGET_ONLY_PREFIXES = ("/iiif/",)
 
 
 def _uncounted(request: web.Request) -> bool:
@@ -35,10 +39,16 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     app = request.app
     caller = await app[IDENTIFIER].identify(request.headers, request.remote, request.cookies)
     allowance = caller.allowance
-    hit = await app[ACCESS].hit(caller.subject, allowance.request_limit(), allowance.request_window)
+    limit = None if request.path.startswith(BUDGET_ONLY_PREFIXES) else allowance.request_limit()
+    hit = await app[ACCESS].hit(caller.subject, limit, allowance.request_window)
     request[CALLER] = caller
     if not isinstance(hit, Allowed):
-        raise rate_limited(allowance, "requests", hit)
+        denied = rate_limited(allowance, "requests", hit)
+        if request.path != "/mcp" or request.method != "POST":
+            raise denied
+        # MCP clients turn HTTP errors into opaque failures: /mcp still answers, and each tool call in it reports
+        # this denial as an isError result (protocol methods such as initialize deliver nothing and stay answered).
+        request[REQUEST_DENIED] = denied
     meter = Meter(app[ACCESS], caller)
     request[METER] = meter
     request[RATE_HEADERS] = rate_headers(allowance, {}, hit)

@@ -7,15 +7,35 @@ from aiohttp import web
 from imagesvc.access import AccessState
 from imagesvc.access.identity import Caller, Identifier
 from imagesvc.access.meter import Meter
+from imagesvc.errors import RateLimited
+from imagesvc.observability import Metrics
+from imagesvc.search.engine import SearchEngine
 from imagesvc.services import Services
+from imagesvc.tools.iiif import IiifRuntime
 
-__all__ = ["ACCESS", "CALLER", "IDENTIFIER", "METER", "RATE_HEADERS", "REQUEST_ID", "SERVICES"]
+__all__ = [
+    "ACCESS",
+    "CALLER",
+    "IDENTIFIER",
+    "IIIF",
+    "METER",
+    "METRICS",
+    "RATE_HEADERS",
+    "REQUEST_DENIED",
+    "REQUEST_ID",
+    "SEARCH",
+    "SERVICES",
+]
 
 SERVICES = web.AppKey("services", Services)
 ACCESS = web.AppKey("access", AccessState)
 IDENTIFIER = web.AppKey("identifier", Identifier)
+METRICS = web.AppKey("metrics", Metrics)
+IIIF = web.AppKey("iiif", IiifRuntime)
+SEARCH = web.AppKey("search", SearchEngine)
 
 REQUEST_ID = web.RequestKey("request_id", str)
+REQUEST_DENIED = web.RequestKey("request_denied", RateLimited)  # a request-limit denial /mcp reports per tool call
 CALLER = web.RequestKey("caller", Caller)
 METER = web.RequestKey("meter", Meter)
 RATE_HEADERS = web.RequestKey("rate_headers", dict)

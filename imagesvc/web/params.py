@@ -6,7 +6,9 @@ from aiohttp import web
 
 from imagesvc.errors import InvalidRequest
 
-__all__ = ["bool_param", "int_param", "str_param"]
+__all__ = ["INT_MAX", "bool_param", "int_param", "str_param"]
+
+INT_MAX = 2**31 - 1
 
 
 def int_param(
@@ -20,6 +22,8 @@ def int_param(
     raw = request.query.get(name)
     if raw is None or raw == "":
         return default
+    if maximum is None:
+        maximum = INT_MAX  # nothing is counted past this, and SQLite integers stop at 2**63
     try:
         value = int(raw)
     except ValueError:

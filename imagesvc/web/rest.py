@@ -9,6 +9,7 @@ from aiohttp import web
 
 from imagesvc import __version__, tools
 from imagesvc.errors import NotFound
+from imagesvc.search.engine import engine_for
 from imagesvc.storage import StoreUnavailable
 from imagesvc.web.keys import CALLER, METER, SERVICES
 from imagesvc.web.params import int_param
@@ -29,6 +30,7 @@ async def health(request: web.Request) -> web.Response:
         "version": __version__,
         "storage": storage,
         "catalog": services.catalog.counts(),
+        "search": engine_for(services).status(),
         "image_host": services.settings.image_base,
     }
     return web.json_response(body, status=200 if storage["reachable"] else 503)

@@ -1,0 +1,250 @@
+"""Gallery ranking: filters first, then CLIP and text scores fused, near-duplicates folded, ``maxPerBook``, paging.
+
+Everything here is numpy over a ``GalleryTable`` (one row per illustration, catalog order) and the vector matrix, so
+a query over 200,000 illustrations costs one matrix-vector product plus linear passes; see docs/search.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TEXT_WEIGHT", "GalleryTable", "Query", "Ranked", "rank"]
+
+TEXT_WEIGHT = 0.1  # a full-strength text match adds this much to a cosine similarity (see docs/search.md)
+NO_YEAR = -(2**31)
+_TERM_FIELDS = ("subjects", "figures", "symbols")
+
+
+@dataclass
+class Query:
+    """One gallery query; every filter narrows the candidates before anything is ranked."""
+
+    text: str | None = None
+    like: str | None = None
+    type: str | None = None
+    subject: str | None = None
+    figure: str | None = None
+    symbol: str | None = None
+    year_from: int | None = None
+    year_to: int | None = None
+    book_ids: tuple[str, ...] | None = None
+    in_ids: frozenset[str] | None = None  # a collection's members
+    max_per_book: int = 3
+    limit: int = 20
+    offset: int = 0
+    min_score: float | None = None
+
+
+@dataclass
+class GalleryTable:
+    """Columns of every illustration (live or not) and where its vector sits in the matrix (-1: none)."""
+
+    ids: list[str]
+    book: np.ndarray  # int32 codes into book_ids
+    book_ids: list[str]
+    type: np.ndarray  # int32 codes into types
+    types: list[str]
+    year: np.ndarray  # int32, NO_YEAR when unknown
+    live: np.ndarray  # bool
+    group: np.ndarray  # int32 near-duplicate group (same pHash), -1 when alone
+    terms: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    vec_row: np.ndarray | None = None
+    _row: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def row_of(self, illustration_id: str) -> int | None:
+        if self._row is None:
+            self._row = {iid: i for i, iid in enumerate(self.ids)}
+        return self._row.get(illustration_id)
+
+    def attach(self, index_ids: list[str]) -> None:
+        """Map each row to its row in a vector matrix holding ``index_ids``."""
+        where = {iid: i for i, iid in enumerate(index_ids)}
+        self.vec_row = np.array([where.get(iid, -1) for iid in self.ids], dtype=np.int64)
+
+    @classmethod
+    def from_catalog(cls, catalog: Any) -> GalleryTable:
+        rows = catalog.query_all(
+            "SELECT i.id, i.book_id, i.type, coalesce(i.year, b.year) AS year, i.phash, i.subjects, i.figures,"
+            " i.symbols, (i.removed = 0 AND b.withdrawn = 0) AS live FROM illustrations i"
+            " JOIN books b ON b.id = i.book_id ORDER BY i.book_id, i.page_number, i.idx"
+        )
+        books: dict[str, int] = {}
+        types: dict[str, int] = {}
+        phashes: dict[str, list[int]] = defaultdict(list)
+        postings: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for n, row in enumerate(rows):
+            books.setdefault(row["book_id"], len(books))
+            types.setdefault(row["type"], len(types))
+            if row["phash"]:
+                phashes[row["phash"]].append(n)
+            for name in _TERM_FIELDS:
+                values = row[name] if isinstance(row[name], list) else json.loads(row[name] or "[]")
+                for value in {str(v).casefold() for v in values}:
+                    postings[(name, value)].append(n)
+        group = np.full(len(rows), -1, np.int32)
+        for g, members in enumerate(m for m in phashes.values() if len(m) > 1):
+            group[members] = g
+        return cls(
+            ids=[r["id"] for r in rows],
+            book=np.array([books[r["book_id"]] for r in rows], np.int32),
+            book_ids=list(books),
+            type=np.array([types[r["type"]] for r in rows], np.int32),
+            types=list(types),
+            year=np.array([NO_YEAR if r["year"] is None else r["year"] for r in rows], np.int32),
+            live=np.array([bool(r["live"]) for r in rows], bool),
+            group=group,
+            terms={key: np.array(v, np.int64) for key, v in postings.items()},
+        )
+
+
+@dataclass
+class Ranked:
+    """One page of results as table rows, with the scores that ordered them and the totals for paging."""
+
+    rows: list[int]
+    total: int
+    similarity: list[float | None]
+    clip: list[float | None]
+    text: list[float | None]
+    duplicates: list[list[int]]
+
+
+def _mask(table: GalleryTable, q: Query) -> np.ndarray:
+    mask = table.live.copy()
+    if q.type is not None:
+        code = table.types.index(q.type) if q.type in table.types else -1
+        mask &= table.type == code
+    for name, value in (("subjects", q.subject), ("figures", q.figure), ("symbols", q.symbol)):
+        if value is not None:
+            hit = np.zeros(len(table), bool)
+            hit[table.terms.get((name, value.casefold()), np.zeros(0, np.int64))] = True
+            mask &= hit
+    if q.year_from is not None:
+        mask &= (table.year >= q.year_from) & (table.year != NO_YEAR)
+    if q.year_to is not None:
+        mask &= (table.year <= q.year_to) & (table.year != NO_YEAR)
+    if q.book_ids is not None:
+        codes = [table.book_ids.index(b) for b in q.book_ids if b in table.book_ids]
+        mask &= np.isin(table.book, codes)
+    if q.in_ids is not None:
+        hit = np.zeros(len(table), bool)
+        hit[[r for r in map(table.row_of, q.in_ids) if r is not None]] = True
+        mask &= hit
+    return mask
+
+
+def _within_cap(order: np.ndarray, books: np.ndarray, cap: int) -> np.ndarray:
+    """The entries of ``order`` (ranked rows) that are among the first ``cap`` of their book."""
+    if len(order) == 0:
+        return order
+    by_book = np.argsort(books, kind="stable")
+    sorted_books = books[by_book]
+    starts = np.flatnonzero(np.r_[True, sorted_books[1:] != sorted_books[:-1]])
+    lengths = np.diff(np.r_[starts, len(sorted_books)])
+    position = np.empty(len(order), np.int64)
+    position[by_book] = np.arange(len(order)) - np.repeat(starts, lengths)
+    return order[position < cap]
+
+
+def rank(
+    table: GalleryTable,
+    q: Query,
+    matrix: np.ndarray | None = None,
+    vector: np.ndarray | None = None,
+    text_scores: dict[str, float] | None = None,
+) -> Ranked:
+    """Filter, score, fold duplicates, cap per book and cut one page. With neither ``vector`` nor ``text_scores``
+    the order is the catalog's; with only text, non-matching candidates are dropped."""
+    cand = np.flatnonzero(_mask(table, q))
+    clip = text = None
+    if vector is not None and matrix is not None and table.vec_row is not None:
+        vr = table.vec_row[cand]
+        cand, vr = cand[vr >= 0], vr[vr >= 0]
+        # A gather copies rows; past a quarter of the matrix one full product is cheaper.
+        clip = (matrix @ vector)[vr] if len(vr) > len(matrix) // 4 else matrix[vr] @ vector
+    if text_scores is not None:
+        dense = np.zeros(len(table), np.float32)
+        hits = [(r, s) for r, s in ((table.row_of(i), s) for i, s in text_scores.items()) if r is not None]
+        if hits:
+            dense[[r for r, _ in hits]] = [s for _, s in hits]
+        text = dense[cand]
+        if clip is None:
+            keep = text > 0
+            cand, text = cand[keep], text[keep]
+    score = None
+    if clip is not None:
+        score = clip + TEXT_WEIGHT * text if text is not None else clip
+    elif text is not None:
+        score = text
+    if score is not None and q.min_score is not None:
+        keep = score >= q.min_score
+        cand, score = cand[keep], score[keep]
+        clip = clip[keep] if clip is not None else None
+        text = text[keep] if text is not None else None
+    keep_mask, members = _fold_duplicates(table, cand, score)
+    cand = cand[keep_mask]
+    sel = np.flatnonzero(keep_mask)
+    books = table.book[cand]
+    total = int(np.minimum(np.bincount(books), q.max_per_book).sum()) if len(cand) else 0
+    page_pos = _page(cand, books, None if score is None else score[sel], q)
+    pick = sel[page_pos]
+
+    def values(arr: np.ndarray | None) -> list[float | None]:
+        return [None if arr is None else round(float(arr[i]), 6) for i in pick]
+
+    rows = cand[page_pos].tolist()
+    return Ranked(
+        rows=rows,
+        total=total,
+        similarity=values(score),
+        clip=values(clip),
+        text=values(text),
+        duplicates=[[m for m in members.get(int(table.group[r]), []) if m != r] for r in rows],
+    )
+
+
+def _fold_duplicates(table: GalleryTable, cand: np.ndarray, score: np.ndarray | None) -> tuple[np.ndarray, dict]:
+    """Keep the best-scored (then first) candidate of each pHash group; returns the keep mask and group members."""
+    keep = np.ones(len(cand), bool)
+    groups = table.group[cand]
+    dup = np.flatnonzero(groups >= 0)
+    if len(dup) == 0:
+        return keep, {}
+    primary = np.zeros(len(dup)) if score is None else -score[dup]
+    order = dup[np.lexsort((cand[dup], primary, groups[dup]))]
+    g = groups[order]
+    first = np.r_[True, g[1:] != g[:-1]]
+    keep[order[~first]] = False
+    members: dict[int, list[int]] = defaultdict(list)
+    for pos in order:
+        members[int(groups[pos])].append(int(cand[pos]))
+    return keep, members
+
+
+def _page(cand: np.ndarray, books: np.ndarray, score: np.ndarray | None, q: Query) -> np.ndarray:
+    """Positions into ``cand`` of the requested page, in rank order (score, then catalog order)."""
+    need, n = q.offset + q.limit, len(cand)
+    if score is None:
+        kept = _within_cap(np.arange(n), books, q.max_per_book)
+        return kept[q.offset : need]
+    m = min(n, max(4 * need, 512))
+    while True:
+        if m < n:
+            # Everything scoring at least the m-th best: a superset that keeps exact ties together.
+            threshold = score[np.argpartition(-score, m - 1)[m - 1]]
+            part = np.flatnonzero(score >= threshold)
+        else:
+            part = np.arange(n)
+        order = part[np.lexsort((cand[part], -score[part]))]
+        kept = _within_cap(order, books[order], q.max_per_book)
+        if len(kept) >= need or len(part) == n:
+            return kept[q.offset : need]
+        m = min(n, m * 4)

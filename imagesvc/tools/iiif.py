@@ -1,0 +1,274 @@
+"""IIIF Image API sources: which stored pixels an identifier stands for, under ``/image``'s entitlement rules, plus
+the info.json document, the area-based image charge, and the bounded derivative cache.
+
+Entitlement is never decided here: every tier is located through ``locate_image``, so a caller gets the clean tiers
+only where ``/image?clean=1`` would give them (otherwise 403), and the marked public tiers by default. The one
+exception is the validator's test pattern, a single identifier configured in settings and read from a file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import math
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from imagesvc.errors import NotFound
+from imagesvc.imaging import TierSpec
+from imagesvc.imaging.iiif import FORMATS, QUALITIES, Limits, Plan, render
+from imagesvc.services import Services
+from imagesvc.storage import ObjectNotFound, ObjectStore
+from imagesvc.tools import Call
+from imagesvc.tools.image_delivery import ImageDelivery, locate_image
+
+__all__ = [
+    "CACHE_PREFIX",
+    "DerivativeCache",
+    "IiifRuntime",
+    "IiifSource",
+    "SourceTier",
+    "charge_units",
+    "derivative_etag",
+    "info_document",
+    "produce",
+    "resolve_source",
+]
+
+CACHE_PREFIX = "cache/iiif/"
+TILE = 512
+CONTEXT = "http://iiif.io/api/image/3/context.json"
+# Beyond level 2 we also offer these (level 2 itself already covers regions, sizes and 90-degree rotation).
+EXTRA_FEATURES = ["baseUriRedirect", "cors", "jsonldMediaType", "mirroring", "sizeUpscaling"]
+
+
+@dataclass(frozen=True)
+class SourceTier:
+    """One stored picture an output may be derived from: its object key (or file), pixel size and content hash."""
+
+    key: str
+    width: int
+    height: int
+    sha256: str
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class IiifSource:
+    """What an IIIF identifier resolves to for this caller: tiers smallest first, the last being the full size."""
+
+    identifier: str
+    tiers: tuple[SourceTier, ...]
+    clean: bool
+    delivery: ImageDelivery | None  # the full tier as /image would deliver it (cache rule, XMP note); None: test image
+    rights: str | None = None
+
+    @property
+    def full(self) -> SourceTier:
+        return self.tiers[-1]
+
+
+def _test_tier(path: Path) -> SourceTier:
+    data = path.read_bytes()
+    with Image.open(path) as img:
+        width, height = img.size
+    return SourceTier(key="", width=width, height=height, sha256=hashlib.sha256(data).hexdigest(), path=path)
+
+
+async def resolve_source(services: Services, call: Call, identifier: str, *, clean: bool) -> IiifSource:
+    """Resolve a page (``<bookId>-<n>``), illustration (``<bookId>-<n>:<index>``) or the configured test image.
+
+    Raises ``NotFound`` (404) for unknown ids and pages without an image, ``Forbidden`` (403) for ``clean`` without a
+    full-tier key, exactly as ``/image`` does.
+    """
+    settings = services.settings
+    if settings.iiif_test_id and identifier == settings.iiif_test_id and settings.iiif_test_image:
+        tier = await asyncio.to_thread(_test_tier, Path(settings.iiif_test_image))
+        return IiifSource(identifier, (tier,), clean=False, delivery=None)
+    if ":" in identifier:
+        where: dict[str, Any] = {"illustration": identifier}
+    else:
+        book, _, number = identifier.rpartition("-")
+        if not book or not number.isdigit() or not 0 < int(number) < 2**31:
+            raise NotFound(
+                f"No image has the IIIF identifier {identifier!r}.",
+                recovery=["Pages are <bookId>-<n>, illustrations <bookId>-<n>:<index>; see GET /books/<id>."],
+                details={"identifier": identifier},
+            )
+        where = {"book": book, "page": int(number)}
+    full = await locate_image(services, call, tier="full", clean=clean, **where)
+    # locate_image succeeded, so the illustration or page and its live book exist.
+    if "illustration" in where:
+        ill: dict[str, Any] = services.catalog.illustration(identifier)  # type: ignore[assignment]
+        owner, book_row = ill["id"], services.catalog.find_book(ill["book_id"]) or {}
+    else:
+        book_row = services.catalog.find_book(where["book"]) or {}
+        owner = services.catalog.page(book_row["id"], where["page"])["id"]  # type: ignore[index]
+    rows = services.catalog.renditions([owner])[owner]
+    tiers = []
+    for name in ("display", "full"):
+        if name not in rows:
+            continue
+        key = full.key if name == "full" else (await locate_image(services, call, tier=name, clean=clean, **where)).key
+        row = rows[name]
+        tiers.append(SourceTier(key=key, width=row["width"], height=row["height"], sha256=row["sha256"]))
+    license_url = book_row.get("license") or ""
+    return IiifSource(
+        identifier,
+        tuple(tiers),
+        clean=clean,
+        delivery=full,
+        rights=license_url if license_url.startswith("http") else None,
+    )
+
+
+def _scale_factors(width: int, height: int) -> list[int]:
+    factors = [1]
+    while max(width, height) / factors[-1] > TILE:
+        factors.append(factors[-1] * 2)
+    return factors
+
+
+def info_document(source: IiifSource, service_id: str, limits: Limits) -> dict[str, Any]:
+    """The info.json of ``source`` published at ``service_id`` (the URL without ``/info.json``)."""
+    full = source.full
+    sizes = sorted({(t.width, t.height) for t in source.tiers} | {_half for _half in _halvings(full)})
+    doc: dict[str, Any] = {
+        "@context": CONTEXT,
+        "id": service_id,
+        "type": "ImageService3",
+        "protocol": "http://iiif.io/api/image",
+        "profile": "level2",
+        "width": full.width,
+        "height": full.height,
+        "maxWidth": limits.max_width,
+        "maxHeight": limits.max_height,
+        "maxArea": limits.max_area,
+        "sizes": [{"width": w, "height": h} for w, h in sizes],
+        "tiles": [{"width": TILE, "height": TILE, "scaleFactors": _scale_factors(full.width, full.height)}],
+        "extraQualities": [q for q in QUALITIES if q != "default"],
+        "extraFormats": [f for f in FORMATS if f != "jpg"],
+        "extraFeatures": EXTRA_FEATURES,
+    }
+    if source.rights:
+        doc["rights"] = source.rights
+    return doc
+
+
+def _halvings(full: SourceTier) -> set[tuple[int, int]]:
+    out, factor = set(), 2
+    while max(full.width, full.height) // factor >= 150:
+        out.add((math.ceil(full.width / factor), math.ceil(full.height / factor)))
+        factor *= 2
+    return out
+
+
+def charge_units(area: int, display_side: int, secret: bytes, salt: str) -> int:
+    """Image units for delivering ``area`` pixels: one unit per display-tier area (``display_side`` squared).
+
+    Whole display areas are charged outright; the fraction left is charged as one unit with that probability, drawn
+    from an HMAC of ``salt`` (caller, day, identifier and request) under the service's secret, so that a deep-zoom
+    tile costs a small expected fraction of a unit, the same request always costs the same, and nobody can tell in
+    advance which tiles come free.
+    """
+    ratio = area / (display_side * display_side)
+    whole = int(ratio)
+    draw = int.from_bytes(hmac.new(secret, salt.encode(), hashlib.sha256).digest()[:8], "big") / 2**64
+    return whole + (1 if draw < ratio - whole else 0)
+
+
+def derivative_etag(source: IiifSource, plan: Plan) -> str:
+    """Strong validator of one output: identifier, source pixels, clean or marked, and the canonical request."""
+    full = source.full
+    text = f"{source.identifier}|{full.key}|{full.sha256}|{'clean' if source.clean else 'marked'}|{plan.canonical}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass
+class DerivativeCache:
+    """Rendered outputs under ``cache/iiif/`` in the private store, bounded to ``max_bytes`` (0: no caching).
+
+    The bound is checked on write, after every ``max_bytes / 8`` newly written bytes (and on the first write): when
+    the prefix holds more than ``max_bytes``, objects are deleted in key order (content hashes, so effectively at
+    random) until it holds three quarters of the bound. A listing per eighth of the bound is what we can afford on S3.
+    """
+
+    store: ObjectStore
+    max_bytes: int
+    _since_sweep: int = -1
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def get(self, name: str) -> bytes | None:
+        if self.max_bytes <= 0:
+            return None
+        try:
+            return (await self.store.get(CACHE_PREFIX + name)).data
+        except ObjectNotFound:
+            return None
+
+    async def put(self, name: str, data: bytes, content_type: str) -> None:
+        if self.max_bytes <= 0 or len(data) > self.max_bytes // 4:
+            return
+        await self.store.put(CACHE_PREFIX + name, data, content_type=content_type)
+        self._since_sweep = len(data) if self._since_sweep < 0 else self._since_sweep + len(data)
+        if (self._since_sweep == len(data) or self._since_sweep >= self.max_bytes // 8) and not self._lock.locked():
+            async with self._lock:
+                self._since_sweep = 0
+                await self.sweep()
+
+    async def sweep(self) -> int:
+        """Evict until the cache fits; returns the bytes it holds afterwards."""
+        objects = [info async for info in self.store.list(CACHE_PREFIX)]
+        total = sum(info.size for info in objects)
+        if total <= self.max_bytes:
+            return total
+        for info in objects:
+            if total <= self.max_bytes * 3 // 4:
+                break
+            await self.store.delete(info.key)
+            total -= info.size
+        return total
+
+
+@dataclass
+class IiifRuntime:
+    """Per-process IIIF state: the executor for pixel work, the derivative cache and the size limits."""
+
+    pool: Executor
+    cache: DerivativeCache
+    limits: Limits
+
+
+def _pick(source: IiifSource, plan: Plan) -> SourceTier:
+    """The smallest tier that still holds at least as many pixels as the output needs from the region."""
+    full = source.full
+    for tier in source.tiers:
+        scale = tier.width / full.width
+        if plan.region[2] * scale >= plan.size[0] and plan.region[3] * scale >= plan.size[1]:
+            return tier
+    return full
+
+
+async def produce(services: Services, runtime: IiifRuntime, source: IiifSource, plan: Plan, etag: str) -> bytes:
+    """The encoded output of ``plan``: from the cache, else rendered in the runtime's executor and cached."""
+    name = f"{etag}.{plan.format}"
+    cached = await runtime.cache.get(name)
+    if cached is not None:
+        return cached
+    tier = _pick(source, plan)
+    if tier.path is not None:
+        data = await asyncio.to_thread(tier.path.read_bytes)
+    else:
+        data = (await services.store.get(tier.key)).data
+    settings = services.settings
+    spec = TierSpec(max_pixels=settings.max_image_pixels)
+    loop = asyncio.get_running_loop()
+    size, full = (tier.width, tier.height), (source.full.width, source.full.height)
+    body = await loop.run_in_executor(runtime.pool, render, data, plan, size, full, spec, settings.jpeg_quality)
+    await runtime.cache.put(name, body, FORMATS[plan.format])
+    return body

@@ -1,0 +1,110 @@
+"""IIIF handlers: Image API 3.0 (base redirect, info.json, image requests) and Presentation 3 manifests/collections.
+
+Image requests follow ``/image``'s rules: marked by default, ``?clean=1`` only for full-tier keys (403 otherwise),
+304s count nothing, and delivered pixels are charged to the image pool by area (see docs/iiif.md).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from urllib.parse import quote
+
+from aiohttp import web
+
+from imagesvc.imaging.embed import splice_xmp
+from imagesvc.imaging.iiif import FORMATS, parse_request
+from imagesvc.tools.iiif import charge_units, derivative_etag, info_document, produce, resolve_source
+from imagesvc.tools.iiif_presentation import collection_document, collections_index, manifest_document
+from imagesvc.web.images import _not_modified
+from imagesvc.web.keys import IIIF, SERVICES
+from imagesvc.web.params import bool_param
+from imagesvc.web.rest import tool_call
+
+__all__ = ["base_redirect", "collection", "collections", "image", "info", "manifest", "service_base"]
+
+IMAGE_CONTEXT = "http://iiif.io/api/image/3/context.json"
+PRESENTATION_CONTEXT = "http://iiif.io/api/presentation/3/context.json"
+PROFILE_LINK = '<http://iiif.io/api/image/3/level2.json>;rel="profile"'
+
+
+def service_base(request: web.Request) -> str:
+    """``scheme://host/iiif/3`` as the client addressed us: info.json ids must equal the URL the client used."""
+    return f"{request.scheme}://{request.host}/iiif/3"
+
+
+def _json_ld(request: web.Request, body: dict[str, object], context: str, headers: dict[str, str]) -> web.Response:
+    """JSON-LD with its profile when the client asks for it, plain JSON otherwise."""
+    wants_ld = "application/ld+json" in request.headers.get("Accept", "")
+    ctype = f'application/ld+json;profile="{context}"' if wants_ld else "application/json"
+    headers = {**headers, "Content-Type": ctype, "Vary": "Accept, Authorization"}
+    return web.Response(body=json.dumps(body, ensure_ascii=False).encode(), headers=headers)
+
+
+async def base_redirect(request: web.Request) -> web.Response:
+    """``GET /iiif/3/{id}``: 303 to its info.json (a 404 first when the id is unknown)."""
+    identifier = request.match_info["identifier"]
+    await resolve_source(request.app[SERVICES], tool_call(request), identifier, clean=False)
+    location = f"{service_base(request)}/{quote(identifier, safe=':')}/info.json"
+    return web.Response(status=303, headers={"Location": location})
+
+
+async def info(request: web.Request) -> web.Response:
+    identifier = request.match_info["identifier"]
+    clean = bool_param(request, "clean", False)
+    source = await resolve_source(request.app[SERVICES], tool_call(request), identifier, clean=clean)
+    service_id = f"{service_base(request)}/{quote(identifier, safe=':')}"
+    body = info_document(source, service_id, request.app[IIIF].limits)
+    cache = source.delivery.cache_control if source.delivery else "public, max-age=86400"
+    return _json_ld(request, body, IMAGE_CONTEXT, {"Cache-Control": cache, "Link": PROFILE_LINK})
+
+
+async def image(request: web.Request) -> web.StreamResponse:
+    services, runtime, m = request.app[SERVICES], request.app[IIIF], request.match_info
+    call = tool_call(request)
+    source = await resolve_source(services, call, m["identifier"], clean=bool_param(request, "clean", False))
+    full = source.full
+    plan = parse_request(
+        m["region"], m["size"], m["rotation"], m["quality_format"], full.width, full.height, runtime.limits
+    )
+    etag = derivative_etag(source, plan)
+    delivery = source.delivery
+    xmp = delivery.xmp if delivery is not None and plan.format == "jpg" else None
+    if xmp:  # the note names the key and the day, so the validator must change with it
+        etag += "-" + hashlib.sha256(xmp.encode()).hexdigest()[:12]
+    headers = {
+        "ETag": f'"{etag}"',
+        "Cache-Control": delivery.cache_control if delivery else "public, max-age=86400",
+        "Vary": "Authorization",
+        "Link": PROFILE_LINK,
+    }
+    if _not_modified(request, etag):
+        return web.Response(status=304, headers=headers)  # a 304 delivers nothing and counts nothing
+    width, height = plan.output_size
+    salt = f"{call.caller.subject}|{dt.datetime.now(dt.UTC).date()}|{source.identifier}|{plan.canonical}"
+    units = charge_units(width * height, services.settings.display_size, services.colophon_secret, salt)
+    if units:
+        await call.meter.reserve("images", units)
+    body = await produce(services, runtime, source, plan, etag.split("-")[0])
+    if xmp:
+        body = splice_xmp(body, xmp)
+    return web.Response(body=body, content_type=FORMATS[plan.format], headers=headers)
+
+
+async def manifest(request: web.Request) -> web.Response:
+    """``GET /iiif/3/manifest/{book_id}``: the book as a Presentation 3 Manifest."""
+    body = manifest_document(request.app[SERVICES], request.match_info["book_id"], service_base(request))
+    return _json_ld(request, body, PRESENTATION_CONTEXT, {"Cache-Control": "public, max-age=3600"})
+
+
+async def collection(request: web.Request) -> web.Response:
+    """``GET /iiif/3/collection/{slug}``: a curated collection as a Presentation 3 Collection."""
+    body = collection_document(request.app[SERVICES], request.match_info["slug"], service_base(request))
+    return _json_ld(request, body, PRESENTATION_CONTEXT, {"Cache-Control": "public, max-age=3600"})
+
+
+async def collections(request: web.Request) -> web.Response:
+    """``GET /iiif/3/collections``: every curated collection as one top-level Collection."""
+    body = collections_index(request.app[SERVICES], service_base(request))
+    return _json_ld(request, body, PRESENTATION_CONTEXT, {"Cache-Control": "public, max-age=3600"})

@@ -1,0 +1,123 @@
+"""The generated documents: /openapi.json and /llms.txt list exactly what exists, and the API honours its schema."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import schemathesis
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from imagesvc import tools
+from imagesvc.app import build_app
+from imagesvc.catalog import Catalog
+from imagesvc.catalog.keys import create_key
+from imagesvc.web.docs import openapi_path
+from imagesvc.web.routes import ROUTES
+from tests.library import settings_for
+
+
+async def test_openapi_lists_exactly_the_route_table(client: TestClient) -> None:
+    resp = await client.get("/openapi.json")
+    doc = await resp.json()
+    assert resp.status == 200
+    assert doc["openapi"].startswith("3.1")
+    documented = {(method.upper(), path) for path, ops in doc["paths"].items() for method in ops}
+    assert documented == {(method, openapi_path(path)) for method, path, _ in ROUTES}
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            assert op["summary"], (method, path)
+            assert op["responses"]["default"]["content"]["application/json"]["schema"] == {
+                "$ref": "#/components/schemas/Error"
+            }
+            declared = {p["name"] for p in op["parameters"] if p["in"] == "path"}
+            assert declared == set(re.findall(r"\{(\w+)\}", path)), path
+
+
+async def test_openapi_parameters_come_from_the_tool_schemas(client: TestClient) -> None:
+    doc = await (await client.get("/openapi.json")).json()
+    quote = doc["paths"]["/books/{book_id}/quote"]["get"]
+    assert quote["x-tool"] == "get_quote"
+    params = {p["name"]: p for p in quote["parameters"]}
+    assert params["page"]["required"] is True
+    assert params["page"]["schema"]["type"] == "integer"
+    assert params["book_id"]["in"] == "path"
+    assert {op["x-tool"] for ops in doc["paths"].values() for op in ops.values() if "x-tool" in op} <= set(
+        tools.load_all()
+    )
+
+
+async def test_llms_txt_names_every_route_and_tool_with_an_example(client: TestClient) -> None:
+    resp = await client.get("/llms.txt")
+    text = await resp.text()
+    assert resp.status == 200
+    assert resp.content_type == "text/plain"
+    for method, path, _ in ROUTES:
+        assert f"- {method} {openapi_path(path)}: " in text, path
+    for name in tools.load_all():
+        section = text.split(f"### {name}\n", 1)[1].split("### ", 1)[0]
+        assert f'"name": "{name}"' in section  # its example call
+    for code in ("not_found", "rate_limited", "invalid_request", "-32602", "Authorization: Bearer"):
+        assert code in text
+
+
+async def test_every_door_lists_the_same_tools(client: TestClient) -> None:
+    registry = set(tools.load_all())
+    listed = await client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    mcp_names = {t["name"] for t in (await listed.json())["result"]["tools"]}
+    llms = set(re.findall(r"^### (\w+)$", await (await client.get("/llms.txt")).text(), re.M))
+    assert registry == mcp_names == llms
+
+
+@pytest.fixture
+def live_url(data_dir: Path) -> Iterator[str]:
+    """The app on a loopback port, run by its own event loop in a thread (schemathesis calls it synchronously)."""
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(build_app(settings_for(data_dir)))
+
+    async def start() -> str:
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    url = loop.run_until_complete(start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield url
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+    loop.close()
+
+
+def test_schemathesis_finds_no_server_error_and_no_schema_mismatch(live_url: str, data_dir: Path) -> None:
+    """Generated requests to every operation: no 5xx, every status, content type and body as documented."""
+    catalog = Catalog(data_dir / "catalog.sqlite3")
+    try:
+        key, _ = create_key(catalog, "enterprise", "schemathesis")  # a high request limit: fuzzing, not throttling
+    finally:
+        catalog.close()
+    schema = schemathesis.openapi.from_url(f"{live_url}/openapi.json")
+    # what the API promises: no 5xx, and every answer's status, content type and body as documented
+    checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+    @given(case=schema.as_strategy())
+    @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    def check(case: schemathesis.Case) -> None:
+        headers = {"Authorization": f"Bearer {key}"}
+        case.call_and_validate(base_url=live_url, headers=headers, checks=checks, timeout=10)
+
+    check()

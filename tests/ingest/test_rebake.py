@@ -1,0 +1,63 @@
+"""`imagesvc marks rebake`: new marks from clean copies, the old ones gone, and ingest agrees afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from imagesvc.catalog import Catalog
+from imagesvc.ingest.rebake import RebakeSummary, rebake_marks
+from imagesvc.storage.local import LocalStore
+from tests.library import copy_library, run_ingest, settings_for
+
+
+def _rebake(settings: Any, books: list[str]) -> RebakeSummary:
+    async def go() -> RebakeSummary:
+        store = LocalStore(settings.data_dir / "store")
+        catalog = Catalog(settings.data_dir / "catalog.sqlite3")
+        pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            return await rebake_marks(settings=settings, catalog=catalog, store=store, pool=pool, books=books)
+        finally:
+            pool.shutdown()
+            catalog.close()
+
+    return asyncio.run(go())
+
+
+def _display(data: Path, slug: str, number: int) -> tuple[str, np.ndarray]:
+    catalog = Catalog(data / "catalog.sqlite3")
+    try:
+        page = catalog.page(catalog.find_book(slug)["id"], number)
+        key = catalog.renditions([page["id"]])[page["id"]]["display"]["public_key"]
+    finally:
+        catalog.close()
+    pixels = np.asarray(Image.open(io.BytesIO((data / "store" / key).read_bytes())).convert("L"), dtype=np.float64)
+    return key, pixels
+
+
+def test_rebake_redraws_marks_and_ingest_agrees(demo_library: dict[str, Any], tmp_path: Path) -> None:
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    slug = "demo-speculum-fornacum"
+    old_key, old = _display(data, slug, 2)
+    renamed = settings_for(data, site_name="Another Library of Old Books", site_url="https://books.example.net")
+    summary = _rebake(renamed, [slug])
+    assert summary.books == 1 and summary.changed > 0
+    new_key, new = _display(data, slug, 2)
+    assert new_key != old_key
+    assert not (data / "store" / old_key).exists()  # the old marked copy is gone
+    band = int(old.shape[0] * 0.92)
+    assert np.abs(new[:band] - old[:band]).mean() < 1.0  # the page is the same
+    assert np.abs(new[band:] - old[band:]).mean() > 2.0  # the mark is not
+    again = run_ingest(demo_library["manifest"], renamed)
+    rendered_elsewhere = again.pages_rendered
+    assert rendered_elsewhere == 19  # only the three other books (7 + 6 + 6 pages with images) are re-marked
+    _rebake(settings_for(data), [slug])
+    assert _display(data, slug, 2)[0] == old_key  # back to the original settings: the very same bytes

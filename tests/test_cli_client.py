@@ -1,0 +1,79 @@
+"""The command-line tool client against a live server: tools, arguments from schemas, readable and JSON output."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from imagesvc import tools
+from imagesvc.app import build_app
+from tests.library import copy_library, settings_for
+
+BOOK = "demo-speculum-fornacum"
+
+
+@pytest.fixture
+async def mcp_url(demo_library: dict, tmp_path: Path) -> AsyncIterator[str]:
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    server = TestServer(build_app(settings_for(data)), host="127.0.0.1")
+    await server.start_server()
+    yield str(server.make_url("/mcp"))
+    await server.close()
+
+
+async def cli(*args: str) -> tuple[int, str, str]:
+    """Run ``imagesvc ARGS`` in a subprocess while this loop keeps serving; (exit status, stdout, stderr)."""
+    env = {**os.environ, "IMAGESVC_KEY": ""}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "imagesvc.cli", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_tools_lists_every_tool_of_the_server(mcp_url: str) -> None:
+    code, out, _ = await cli("--url", mcp_url, "tools")
+    assert code == 0
+    assert {line.split()[0] for line in out.splitlines() if line.strip()} == set(tools.load_all())
+
+
+async def test_a_tool_call_with_json_and_readable_output(mcp_url: str) -> None:
+    code, out, _ = await cli("get_quote", "--book-id", BOOK, "--page", "2", "--no-include-original", "--json",
+                             "--url", mcp_url)  # fmt: skip
+    assert code == 0
+    body = json.loads(out)
+    assert body["citation"]["url"].endswith(f"/book/{BOOK}?page=2")
+    code, out, _ = await cli("--url", mcp_url, "get_book", "--book_id", BOOK)
+    assert code == 0
+    assert f"slug: {BOOK}" in out and "pages:" in out
+
+
+async def test_array_arguments_take_comma_lists(mcp_url: str) -> None:
+    code, out, _ = await cli("--url", mcp_url, "--json", "get_quotes", "--book-id", BOOK, "--pages", "1,2")
+    assert code == 0, out
+    assert json.loads(out)["pages_served"] == 2
+
+
+async def test_failures_exit_non_zero_with_the_message(mcp_url: str) -> None:
+    code, out, err = await cli("--url", mcp_url, "get_book", "--book-id", "no-such-book")
+    assert (code, out) == (1, "")
+    assert "not_found" in err and "no-such-book" in err and "hint:" in err
+    code, _, err = await cli("--url", mcp_url, "get_quote", "--book-id", BOOK)  # --page is required
+    assert code == 2 and "--page" in err
+    code, _, err = await cli("--url", "http://127.0.0.1:9/mcp", "tools")
+    assert code == 1 and "cannot reach" in err
+
+
+async def test_help_comes_from_the_tool_schema(mcp_url: str) -> None:
+    code, out, _ = await cli("--url", mcp_url, "get_book_text", "--help")
+    assert code == 0
+    assert "--book-id" in out and "--content" in out and "{ocr,translation,both}" in out

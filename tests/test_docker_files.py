@@ -1,0 +1,100 @@
+"""The docker/ files, checked with the tools that run without a Docker engine; each check skips, naming the missing
+tool, where that tool is not installed (docs/deploy.md says which ran)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from imagesvc.settings import SettingsError, load_settings
+
+DOCKER = Path(__file__).resolve().parent.parent / "docker"
+SECRETS = {"MINIO_ROOT_PASSWORD": "minio-pw", "IMAGESVC_SESSION_SECRET": "s", "IMAGESVC_COLOPHON_SECRET": "c"}
+
+
+def _tool(*names: str) -> str:
+    for name in names:
+        found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+        if found:
+            return found
+    pytest.skip(f"none of {', '.join(names)} is installed")
+
+
+def _compose_config(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``docker compose config`` (v2 plugin) or ``docker-compose config`` (v1): both resolve without an engine."""
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        command = [docker, "compose"]
+    else:
+        command = [_tool("docker-compose")]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("IMAGESVC_", "MINIO_"))} | env
+    return subprocess.run(
+        [*command, "-f", str(DOCKER / "compose.yaml"), "config"], env=full_env, capture_output=True, text=True
+    )
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    hadolint = _tool("hadolint")
+    done = subprocess.run([hadolint, str(DOCKER / "Dockerfile")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_dockerfile_runs_json_logs_as_non_root_with_a_healthcheck() -> None:
+    text = (DOCKER / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM .+ AS (\w+)$", text, flags=re.MULTILINE)
+    assert stages == ["builder", "runtime"]
+    runtime = text.split("AS runtime", 1)[1]
+    assert re.search(r"^USER 10001:10001$", runtime, flags=re.MULTILINE)
+    assert "IMAGESVC_LOG_FORMAT=json" in runtime and "/health" in runtime.split("HEALTHCHECK", 1)[1]
+    assert '"torch==2.13.0"' in text and "download.pytorch.org/whl/cpu" in text
+
+
+def test_compose_config_resolves_and_its_app_settings_load() -> None:
+    done = _compose_config(SECRETS)
+    assert done.returncode == 0, done.stderr
+    config = yaml.safe_load(done.stdout)
+    services = config["services"]
+    assert {"app1", "app2", "minio", "minio-init", "redis", "proxy"} <= services.keys()
+    for name in ("app1", "app2"):
+        environment = {k: str(v) for k, v in services[name]["environment"].items()}
+        try:
+            settings = load_settings(environment)  # every variable is a real setting and every value parses
+        except SettingsError as exc:
+            pytest.fail(f"{name}: {exc}")
+        assert settings.storage == "s3" and settings.access_backend == "redis" and settings.log_format == "json"
+        grace = services[name]["stop_grace_period"]
+        assert int(grace.rstrip("s")) > settings.shutdown_timeout  # Docker must not SIGKILL mid-drain
+
+
+def test_compose_refuses_to_start_without_secrets() -> None:
+    done = _compose_config({})
+    assert done.returncode != 0
+    assert "MINIO_ROOT_PASSWORD" in done.stderr
+
+
+def test_nginx_config_is_valid(tmp_path: Path) -> None:
+    """``nginx -t`` on docker/nginx.conf, with the compose host names and the cache path swapped for local ones
+    (upstream names must resolve when nginx loads the file, and app1/app2/minio exist only on the compose network)."""
+    nginx = _tool("nginx")
+    text = (DOCKER / "nginx.conf").read_text()
+    for host, port in (("app1:8080", 18081), ("app2:8080", 18082), ("minio:9000", 19000)):
+        assert f"server {host}" in text
+        text = text.replace(f"server {host}", f"server 127.0.0.1:{port}")
+    text = text.replace("/var/cache/nginx/imagesvc", str(tmp_path / "cache"))
+    (tmp_path / "logs").mkdir()
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(text)
+    done = subprocess.run(
+        [nginx, "-t", "-p", str(tmp_path), "-c", str(conf), "-g", f"pid {tmp_path / 'nginx.pid'};"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "test is successful" in done.stderr

@@ -1,0 +1,193 @@
+"""Faults while serving: the S3 server or Redis goes away and comes back on the same port.
+
+What a client sees is documented in docs/operations.md: 503 JSON ``unavailable`` with ``Retry-After`` for every
+request that needs the missing dependency, never an image that was not metered, and normal answers again within
+seconds of its return, with the process up throughout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient
+
+from imagesvc.app import build_app
+from imagesvc.catalog import Catalog
+from imagesvc.catalog.keys import create_key
+from imagesvc.storage.s3 import S3Config, S3Store
+from tests.library import copy_library, run_ingest, settings_for
+from tests.servers import free_port
+
+GOOD_PAGE = {"book": "demo-broken-scans", "page": "1", "tier": "thumb"}
+DEMO_PAGE = {"book": "demo-speculum-fornacum", "page": "1", "tier": "thumb"}
+
+
+async def assert_unavailable(resp: ClientResponse) -> None:
+    assert resp.status == 503
+    assert resp.content_type == "application/json"  # an error body, never image bytes
+    assert int(resp.headers["Retry-After"]) > 0
+    assert (await resp.json())["error"] == "unavailable"
+
+
+async def eventually(probe: Callable[[], Awaitable[bool]], seconds: float) -> float:
+    """Seconds until ``probe()`` is true, polling; fails after ``seconds``."""
+    start = time.monotonic()
+    while not await probe():
+        assert time.monotonic() - start < seconds, f"not recovered within {seconds} s"
+        await asyncio.sleep(0.2)
+    return time.monotonic() - start
+
+
+# ---- the S3 server dies and returns ----------------------------------------------------------------------------
+
+
+class Moto:
+    """A moto S3 server of this test's own on a fixed port, stoppable and restartable (objects kept in memory, as a
+    real server keeps them on disk)."""
+
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._make = lambda: ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server = self._make()
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def restart(self) -> None:
+        self.server = self._make()
+        self.server.start()
+
+
+@pytest.fixture
+def moto() -> Iterator[Moto]:
+    server = Moto()
+    yield server
+    server.stop()
+
+
+async def test_s3_down_gives_503_and_recovers(
+    moto: Moto, demo_library: dict[str, Any], tmp_path: Path, aiohttp_client: Any
+) -> None:
+    config = S3Config(moto.endpoint, "faults", access_key="moto", secret_key="moto", max_attempts=2)
+    bucket = S3Store(config)
+    await bucket.ensure_bucket()
+    await bucket.close()
+    s3 = {
+        "storage": "s3",
+        "s3_endpoint": moto.endpoint,
+        "s3_bucket": "faults",
+        "s3_access_key": "moto",
+        "s3_secret_key": "moto",
+        "image_host": "https://img.example",
+    }
+    settings = settings_for(tmp_path / "data", **s3)
+    broken = demo_library["manifest"].parent / "broken" / "broken-manifest.json"
+    await asyncio.to_thread(run_ingest, broken, settings, S3Store(config))
+    client: TestClient = await aiohttp_client(build_app(settings))
+    resp = await client.get("/image", params=GOOD_PAGE)
+    assert resp.status == 200
+    image = await resp.read()
+
+    moto.stop()
+    started = time.monotonic()
+    await assert_unavailable(await client.get("/image", params=GOOD_PAGE))
+    assert time.monotonic() - started < 15  # bounded retries: a dead store fails fast, it does not hang
+    health = await client.get("/health")
+    assert health.status == 503 and (await health.json())["status"] == "degraded"
+    assert (await client.get("/books")).status == 200  # what needs no store still works: the process is up
+
+    moto.restart()
+
+    async def serves() -> bool:
+        resp = await client.get("/image", params=GOOD_PAGE)
+        return resp.status == 200 and await resp.read() == image
+
+    assert await eventually(serves, 10) < 10
+    assert (await client.get("/health")).status == 200
+
+
+# ---- Redis dies and returns --------------------------------------------------------------------------------------
+
+
+class Redis:
+    """A throw-away redis-server on a fixed port that can be stopped and started again there."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.skip("redis-server is not installed (scripts/install-system-deps.sh installs it)")
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not self._answers():
+            assert time.monotonic() < deadline and self.proc.poll() is None, "redis-server did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def redis() -> Iterator[Redis]:
+    server = Redis()
+    yield server
+    server.stop()
+
+
+async def test_redis_down_delivers_nothing_and_recovers(
+    redis: Redis, demo_library: dict[str, Any], tmp_path: Path, aiohttp_client: Any
+) -> None:
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    catalog = Catalog(data / "catalog.sqlite3")
+    key, _ = create_key(catalog, "full", "faults")
+    catalog.close()
+    full = {"Authorization": f"Bearer {key}"}
+    client: TestClient = await aiohttp_client(
+        build_app(settings_for(data, access_backend="redis", redis_url=redis.url))
+    )
+    clean = await client.get("/image", params={**DEMO_PAGE, "clean": "1"}, headers=full)
+    assert clean.status == 200 and clean.content_type == "image/jpeg"
+
+    redis.stop()
+    # Budgets and request limits cannot be enforced: nothing that is metered is delivered, marked or clean.
+    await assert_unavailable(await client.get("/image", params={**DEMO_PAGE, "clean": "1"}, headers=full))
+    await assert_unavailable(await client.get("/image", params=DEMO_PAGE))
+    await assert_unavailable(await client.get("/books"))
+
+    redis.start()
+
+    async def serves() -> bool:
+        resp = await client.get("/image", params={**DEMO_PAGE, "clean": "1"}, headers=full)
+        return resp.status == 200 and resp.content_type == "image/jpeg"
+
+    assert await eventually(serves, 10) < 10
+    assert (await client.get("/books")).status == 200
