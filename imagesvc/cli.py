@@ -1,22 +1,17 @@
-"""The ``imagesvc`` command: serve, ingest, demo, settings (more subcommands join as the service grows)."""
+"""The ``imagesvc`` command line: settings, logging, the subcommand table, ``serve``, and the tool client door."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
-import multiprocessing
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from imagesvc.catalog.keys import KEY_TIERS
+from imagesvc.commands import cmd_demo, cmd_index, cmd_ingest, cmd_keys, cmd_marks, cmd_snapshot
 from imagesvc.errors import ImagesvcError
-from imagesvc.observability import write_run_summary
 from imagesvc.settings import SettingsError, load_settings
 
 __all__ = ["main"]
@@ -49,134 +44,6 @@ def cmd_serve(settings: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _ingest(settings: Any, manifest_path: Path, progress: bool) -> dict[str, Any]:
-    from imagesvc.catalog import Catalog
-    from imagesvc.ingest.manifest import load_manifest
-    from imagesvc.ingest.pipeline import ingest
-    from imagesvc.storage import make_store
-
-    manifest = load_manifest(manifest_path)
-    store = make_store(settings)
-    catalog = Catalog(settings.data_dir / "catalog.sqlite3")
-    pool = ProcessPoolExecutor(max_workers=settings.workers, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        ensure = getattr(store, "ensure_bucket", None)
-        if ensure is not None:
-            await ensure()
-        summary = await ingest(manifest, settings=settings, catalog=catalog, store=store, pool=pool, progress=progress)
-        await _publish(settings, store)
-    finally:
-        pool.shutdown()
-        catalog.close()
-        await store.close()
-    write_run_summary(settings.data_dir, "ingest", summary.as_dict())  # read by /metrics of serving processes
-    return summary.as_dict() | {"line": summary.line()}
-
-
-async def _publish(settings: Any, store: Any) -> None:
-    """Publish a catalog snapshot when IMAGESVC_SNAPSHOT_PREFIX is set (docs/operations.md)."""
-    from imagesvc.snapshots import publish_if_configured
-
-    version = await publish_if_configured(settings, store)
-    if version:
-        print(f"snapshot: published {settings.snapshot_prefix.strip('/')}/{version}", file=sys.stderr)
-
-
-def cmd_snapshot(settings: Any, args: argparse.Namespace) -> int:
-    """Publish a catalog snapshot now (after `keys create` or `keys revoke` on the publishing host)."""
-    from imagesvc.storage import make_store
-
-    if not settings.snapshot_prefix:
-        print("imagesvc: set IMAGESVC_SNAPSHOT_PREFIX to say where snapshots live", file=sys.stderr)
-        return 2
-
-    async def go() -> None:
-        store = make_store(settings)
-        try:
-            await _publish(settings, store)
-        finally:
-            await store.close()
-
-    asyncio.run(go())
-    return 0
-
-
-def cmd_ingest(settings: Any, args: argparse.Namespace) -> int:
-    result = asyncio.run(_ingest(settings, Path(args.manifest), progress=not args.quiet))
-    _print_ingest(result, args.json)
-    return 0
-
-
-def _print_ingest(result: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(result, indent=2))
-        return
-    for refusal in result["refused"]:
-        print(f"refused: book {refusal['book']} page {refusal['page']}: {refusal['error']}", file=sys.stderr)
-    print(f"ingest: {result['line']}")
-
-
-def cmd_demo(settings: Any, args: argparse.Namespace) -> int:
-    """Generate the demo library (deterministic, generated pictures) and ingest it."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
-    from generate import generate  # type: ignore[import-not-found]
-
-    out = settings.data_dir / "demo-source"
-    print(f"demo: generating the demo library in {out}", file=sys.stderr)
-    manifest = generate(out)
-    result = asyncio.run(_ingest(settings, manifest, progress=not args.quiet))
-    _print_ingest(result, args.json)
-    return 0
-
-
-def cmd_index(settings: Any, args: argparse.Namespace) -> int:
-    """Embed new and changed illustrations with CLIP and publish the vector index (docs/search.md)."""
-    from imagesvc.catalog import Catalog
-    from imagesvc.search.clip import Encoder, clip_spec
-    from imagesvc.search.index import run_index
-    from imagesvc.storage import make_store
-
-    async def go() -> dict[str, Any]:
-        spec = clip_spec(settings)
-        store, catalog = make_store(settings), Catalog(settings.data_dir / "catalog.sqlite3")
-        try:
-            encoder = Encoder(spec) if spec.enabled else None
-            summary = await run_index(settings, catalog, store, encoder, progress=not args.quiet, full=args.full)
-            await _publish(settings, store)
-        finally:
-            catalog.close()
-            await store.close()
-        return summary.as_dict() | {"line": summary.line()}
-
-    result = asyncio.run(go())
-    write_run_summary(settings.data_dir, "index", result)  # read by /metrics of serving processes
-    print(json.dumps(result, indent=2) if args.json else result["line"])
-    return 0
-
-
-async def _rebake(settings: Any, books: list[str]) -> str:
-    from imagesvc.catalog import Catalog
-    from imagesvc.ingest.rebake import rebake_marks
-    from imagesvc.storage import make_store
-
-    store = make_store(settings)
-    catalog = Catalog(settings.data_dir / "catalog.sqlite3")
-    pool = ProcessPoolExecutor(max_workers=settings.workers, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        summary = await rebake_marks(settings=settings, catalog=catalog, store=store, pool=pool, books=books or None)
-    finally:
-        pool.shutdown()
-        catalog.close()
-        await store.close()
-    return summary.line()
-
-
-def cmd_marks(settings: Any, args: argparse.Namespace) -> int:
-    """Redraw visible marks from the clean copies (after the site name or URL changed)."""
-    print(f"marks rebake: {asyncio.run(_rebake(settings, args.book))}")
-    return 0
-
-
 def cmd_settings(settings: Any, args: argparse.Namespace) -> int:
     values = settings.public_dict()
     if args.json:
@@ -184,39 +51,6 @@ def cmd_settings(settings: Any, args: argparse.Namespace) -> int:
     else:
         for name, value in values.items():
             print(f"{name}={value}")
-    return 0
-
-
-def cmd_keys(settings: Any, args: argparse.Namespace) -> int:
-    """Issue, list and revoke API keys (stored as hashes in the catalog)."""
-    from imagesvc.catalog import Catalog
-    from imagesvc.catalog.keys import create_key, list_keys, revoke_key
-
-    catalog = Catalog(settings.data_dir / "catalog.sqlite3")
-    try:
-        if args.keys_command == "create":
-            expires = None
-            if args.expires_days:
-                expires = datetime.now(UTC) + timedelta(days=args.expires_days)
-            key, record = create_key(catalog, args.tier, args.label, expires)
-            if args.json:
-                print(json.dumps({"key": key, "id": record.id, "tier": record.tier, "expires_at": record.expires_at}))
-            else:
-                print(key)
-                print(f"id {record.id}, tier {record.tier}: shown once, store it now", file=sys.stderr)
-        elif args.keys_command == "list":
-            rows = [{**vars(k), "state": k.state()} for k in list_keys(catalog)]
-            if args.json:
-                print(json.dumps(rows, indent=2))
-            for row in [] if args.json else rows:
-                print(f"{row['id']}  {row['tier']:<10} {row['state']:<8} {row['created_at']}  {row['label']}")
-        elif args.keys_command == "revoke":
-            if not revoke_key(catalog, args.id):
-                print(f"imagesvc: no live key with id {args.id!r}", file=sys.stderr)
-                return 1
-            print(f"revoked {args.id}")
-    finally:
-        catalog.close()
     return 0
 
 

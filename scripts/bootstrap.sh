@@ -13,5 +13,7 @@ fi
 # image helpers, which the tests do not use; installed without its dependencies so Pillow stays current.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps 'iiif-prezi3==3.1.1' 2>&1 \
   | grep -v 'is ignored' || true
-"$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, moto, pytest, open_clip, iiif_prezi3, mcp' \
+# open_clip is imported through imagesvc.search.clip, which first registers two torchvision operators this torch
+# build lacks (see NOTES on CLIP); importing it bare here would fail for that reason alone.
+"$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, moto, pytest, torch, iiif_prezi3, mcp' \
   || { echo "bootstrap: the environment in $venv is incomplete" >&2; exit 1; }
