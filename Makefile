@@ -16,6 +16,7 @@ run: $(STAMP)
 
 system-deps:
 	bash scripts/install-system-deps.sh
+	bash scripts/install-viewer.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
