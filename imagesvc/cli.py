@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -115,7 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if _is_tool_command(parser, argv):
         from imagesvc.client import main as tool_client
 
-        return tool_client(argv)
+        try:
+            return tool_client(argv)
+        except BrokenPipeError:  # the reader went away (`imagesvc ... | head`): not an error worth a traceback
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     args = parser.parse_args(argv)
     try:
         settings = load_settings()
