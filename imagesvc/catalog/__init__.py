@@ -112,13 +112,16 @@ class Catalog:
         )
         return rows, total
 
-    def find_book(self, id_or_slug: str) -> dict[str, Any] | None:
-        """A live book by opaque id or slug."""
-        return self.query_one(
-            "SELECT b.*, (SELECT count(*) FROM pages p WHERE p.book_id = b.id) AS page_count,"
+    def find_book(self, id_or_slug: str, *, counts: bool = True) -> dict[str, Any] | None:
+        """A live book by opaque id or slug; ``counts`` adds ``page_count`` and ``translated_pages``."""
+        extra = (
+            ", (SELECT count(*) FROM pages p WHERE p.book_id = b.id) AS page_count,"
             " (SELECT count(*) FROM pages p WHERE p.book_id = b.id AND p.translation IS NOT NULL) AS translated_pages"
-            " FROM books b WHERE (id = ? OR slug = ?) AND withdrawn = 0",
-            (id_or_slug, id_or_slug),
+            if counts
+            else ""
+        )
+        return self.query_one(
+            f"SELECT b.*{extra} FROM books b WHERE (id = ? OR slug = ?) AND withdrawn = 0", (id_or_slug, id_or_slug)
         )
 
     def pages(self, book_id: str, first: int | None = None, last: int | None = None) -> list[dict[str, Any]]:

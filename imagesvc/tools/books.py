@@ -13,9 +13,9 @@ __all__ = ["book_summary", "get_book", "list_books", "require_book"]
 TIERS = ("full", "display", "thumb")
 
 
-def require_book(services: Services, book_id: str) -> dict[str, Any]:
+def require_book(services: Services, book_id: str, *, counts: bool = True) -> dict[str, Any]:
     """The live book with this id or slug, or ``NotFound`` with a way to find the right id."""
-    book = services.catalog.find_book(book_id)
+    book = services.catalog.find_book(book_id, counts=counts)
     if book is None:
         raise NotFound(
             f"No book has the id or slug {book_id!r}.",

@@ -42,7 +42,7 @@ def _clean_classes() -> list[str]:
 
 
 def _page_target(services: Services, book_id: str, number: int) -> tuple[dict[str, Any], str, int, str]:
-    book = require_book(services, book_id)
+    book = require_book(services, book_id, counts=False)  # the hot path of /image needs no page counts
     page = services.catalog.page(book["id"], number)
     if page is None:
         raise NotFound(
@@ -67,7 +67,7 @@ def _illustration_target(services: Services, illustration_id: str) -> tuple[dict
             recovery=["Find illustration ids with GET /gallery or the search_images tool."],
             details={"illustration": illustration_id},
         )
-    book = require_book(services, ill["book_id"])
+    book = require_book(services, ill["book_id"], counts=False)
     return book, ill["id"], ill["page_number"], f"{book['slug']}-p{ill['page_number']}-{ill['idx']}"
 
 
