@@ -35,6 +35,9 @@ async def _ingest(settings: Any, manifest_path: Path, progress: bool) -> dict[st
         ensure = getattr(store, "ensure_bucket", None)
         if ensure is not None:
             await ensure()
+        sweep = getattr(store, "sweep_temp", None)
+        if sweep is not None:  # a local store may hold temp files from an ingest that was killed mid-write
+            await sweep()
         summary = await ingest(manifest, settings=settings, catalog=catalog, store=store, pool=pool, progress=progress)
         await _publish(settings, store)
     finally:

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import BinaryIO
@@ -190,6 +191,27 @@ class LocalStore:
         for victim in (path, _sidecar(path)):
             with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 victim.unlink()
+
+    async def sweep_temp(self, older_than: float = 600.0) -> int:
+        """Delete temp files a killed writer left behind, if older than ``older_than`` seconds; returns how many.
+
+        Readers never see temp files; this only reclaims their space. The age guard keeps a concurrent writer's
+        file-in-progress safe. Not part of the storage protocol: S3 has no partial objects to sweep.
+        """
+        return await asyncio.to_thread(self._sweep_temp, time.time() - older_than)
+
+    def _sweep_temp(self, cutoff: float) -> int:
+        removed = 0
+        for folder, _, names in os.walk(self.root):
+            for name in names:
+                if not name.startswith(".tmp-"):
+                    continue
+                path = Path(folder) / name
+                with contextlib.suppress(FileNotFoundError):
+                    if path.stat().st_mtime < cutoff:
+                        path.unlink()
+                        removed += 1
+        return removed
 
     async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
         directory, _, name_prefix = prefix.rpartition("/")

@@ -58,3 +58,17 @@ async def test_a_key_cannot_be_both_an_object_and_a_prefix(tmp_path: Path) -> No
         await store.put("x/y", b"over a folder")
     assert (await store.get("a/b")).data == b"file"
     assert await store.head("x/y") is None
+
+
+async def test_sweep_removes_only_stale_temp_files(tmp_path: Path) -> None:
+    """A writer killed mid-write leaves a temp file; ingest sweeps old ones and never touches a fresh one."""
+    store = LocalStore(tmp_path)
+    await store.put("pub/b/1-thumb-00000000.jpg", b"object")
+    stale = tmp_path / "pub" / "b" / ".tmp-deadbeefdeadbeef"
+    fresh = tmp_path / "pub" / "b" / ".tmp-0123456789abcdef"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"being written")
+    os.utime(stale, (1_000_000_000, 1_000_000_000))
+    assert await store.sweep_temp(older_than=600) == 1
+    assert not stale.exists() and fresh.exists()
+    assert (await store.get("pub/b/1-thumb-00000000.jpg")).data == b"object"
