@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from imagesvc.search.duplicates import near_duplicate_groups
+
 __all__ = ["TEXT_WEIGHT", "GalleryTable", "Query", "Ranked", "rank"]
 
 TEXT_WEIGHT = 0.1  # a full-strength text match adds this much to a cosine similarity (see docs/search.md)
@@ -51,7 +53,7 @@ class GalleryTable:
     types: list[str]
     year: np.ndarray  # int32, NO_YEAR when unknown
     live: np.ndarray  # bool
-    group: np.ndarray  # int32 near-duplicate group (same pHash), -1 when alone
+    group: np.ndarray  # int32 near-duplicate group (pHash within a few bits), -1 when alone
     terms: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     vec_row: np.ndarray | None = None
     _row: dict[str, int] | None = None
@@ -78,20 +80,15 @@ class GalleryTable:
         )
         books: dict[str, int] = {}
         types: dict[str, int] = {}
-        phashes: dict[str, list[int]] = defaultdict(list)
         postings: dict[tuple[str, str], list[int]] = defaultdict(list)
         for n, row in enumerate(rows):
             books.setdefault(row["book_id"], len(books))
             types.setdefault(row["type"], len(types))
-            if row["phash"]:
-                phashes[row["phash"]].append(n)
             for name in _TERM_FIELDS:
                 values = row[name] if isinstance(row[name], list) else json.loads(row[name] or "[]")
                 for value in {str(v).casefold() for v in values}:
                     postings[(name, value)].append(n)
-        group = np.full(len(rows), -1, np.int32)
-        for g, members in enumerate(m for m in phashes.values() if len(m) > 1):
-            group[members] = g
+        group = near_duplicate_groups([r["phash"] for r in rows])
         return cls(
             ids=[r["id"] for r in rows],
             book=np.array([books[r["book_id"]] for r in rows], np.int32),
