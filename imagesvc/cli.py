@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from imagesvc.catalog.keys import KEY_TIERS
-from imagesvc.commands import cmd_demo, cmd_index, cmd_ingest, cmd_keys, cmd_marks, cmd_snapshot
+from imagesvc.commands import cmd_demo, cmd_doctor, cmd_index, cmd_ingest, cmd_keys, cmd_marks, cmd_snapshot
 from imagesvc.errors import ImagesvcError
 from imagesvc.settings import SettingsError, load_settings
 
@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = msub.add_parser("rebake", help="redraw marks from clean copies with the current settings")
     p.add_argument("--book", action="append", default=[], help="a book id or slug (repeatable; default: all)")
     p.set_defaults(func=cmd_marks)
+    p = sub.add_parser("doctor", help="check settings, store, catalog, access backend, CLIP weights and secrets")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_doctor)
     p = sub.add_parser("settings", help="print the effective settings (secrets masked)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_settings)

@@ -18,7 +18,7 @@ from typing import Any
 
 from imagesvc.observability import write_run_summary
 
-__all__ = ["cmd_demo", "cmd_index", "cmd_ingest", "cmd_keys", "cmd_marks", "cmd_snapshot"]
+__all__ = ["cmd_demo", "cmd_doctor", "cmd_index", "cmd_ingest", "cmd_keys", "cmd_marks", "cmd_snapshot"]
 
 
 async def _ingest(settings: Any, manifest_path: Path, progress: bool) -> dict[str, Any]:
@@ -183,3 +183,16 @@ def cmd_keys(settings: Any, args: argparse.Namespace) -> int:
     finally:
         catalog.close()
     return 0
+
+
+def cmd_doctor(settings: Any, args: argparse.Namespace) -> int:
+    """Check settings and dependencies; exit 1 when any check fails (warnings alone exit 0)."""
+    from imagesvc.doctor import run_checks
+
+    findings = asyncio.run(run_checks(settings))
+    if args.json:
+        print(json.dumps([vars(f) for f in findings], indent=2))
+    else:
+        for finding in findings:
+            print(finding.line())
+    return 1 if any(f.level == "fail" for f in findings) else 0

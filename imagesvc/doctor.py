@@ -1,0 +1,136 @@
+"""``imagesvc doctor``: check a deployment's settings and dependencies, one actionable line per finding.
+
+Checks: the object store answers with our credentials; on S3, that masters are not readable without credentials;
+the catalog's schema is current; the access backend answers; configured CLIP weights exist; the secrets that several
+nodes must share are set explicitly when the deployment is shared.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from imagesvc.catalog.schema import SCHEMA_VERSION
+from imagesvc.errors import ImagesvcError
+
+__all__ = ["Finding", "run_checks"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's outcome: ``ok``, ``warn`` or ``fail``, what was seen, and what to do about it."""
+
+    level: str
+    check: str
+    message: str
+
+    def line(self) -> str:
+        return f"{self.level:<4} {self.check}: {self.message}"
+
+
+async def _store(settings: Any) -> list[Finding]:
+    from imagesvc.storage import make_store
+
+    store = make_store(settings)
+    try:
+        await store.ping()
+    except ImagesvcError as exc:
+        return [Finding("fail", "storage", f"{exc.message} Check IMAGESVC_STORAGE and the S3_* settings.")]
+    finally:
+        await store.close()
+    found = [Finding("ok", "storage", f"{settings.storage} store answers")]
+    if settings.storage == "s3" and settings.s3_endpoint:
+        found.append(_private_masters(settings))
+    return found
+
+
+def _private_masters(settings: Any) -> Finding:
+    """An unsigned GET of a key under masters/ must be refused: masters and clean copies are never public."""
+    url = f"{settings.s3_endpoint}/{settings.s3_bucket}/masters/doctor-probe"
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            pass
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            return Finding("ok", "privacy", "the bucket refuses unsigned reads")
+        if exc.code == 404:
+            return Finding(
+                "fail",
+                "privacy",
+                "an unsigned request could look up keys (404, not 403): the bucket allows "
+                "anonymous reads; restrict public access to the pub/ prefix",
+            )
+        return Finding("warn", "privacy", f"unsigned read answered HTTP {exc.code}; check the bucket policy")
+    except OSError as exc:
+        return Finding("warn", "privacy", f"could not probe anonymous access ({exc})")
+    return Finding("fail", "privacy", "an unsigned read succeeded: masters would be public; fix the bucket policy")
+
+
+def _catalog(settings: Any) -> Finding:
+    path = Path(settings.data_dir) / "catalog.sqlite3"
+    if not path.exists():
+        return Finding(
+            "warn", "catalog", f"no catalog at {path} yet: run `imagesvc ingest MANIFEST` or `imagesvc demo`"
+        )
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        conn.close()
+    if version < SCHEMA_VERSION:
+        return Finding("warn", "catalog", f"schema {version} < {SCHEMA_VERSION}: it is migrated on the next open")
+    if version > SCHEMA_VERSION:
+        return Finding("fail", "catalog", f"schema {version} is newer than this imagesvc ({SCHEMA_VERSION}): upgrade")
+    return Finding("ok", "catalog", f"schema {version} is current")
+
+
+async def _access(settings: Any) -> Finding:
+    from imagesvc.access import make_access
+
+    access = make_access(settings)
+    try:
+        await access.usage("doctor:probe", "images", None)
+    except ImagesvcError as exc:
+        return Finding("fail", "access", f"{exc.message} Check IMAGESVC_ACCESS_BACKEND and IMAGESVC_REDIS_URL.")
+    finally:
+        await access.close()
+    return Finding("ok", "access", f"{settings.access_backend} backend answers")
+
+
+def _clip(settings: Any) -> Finding:
+    weights = settings.clip_weights
+    if not weights:
+        return Finding("warn", "clip", "no weights configured: gallery search is full-text only (docs/search.md)")
+    if weights == "random":
+        return Finding("warn", "clip", "RANDOM weights: rankings are meaningless; for tests and benchmarks only")
+    path = Path(weights.removeprefix("local-dir:"))
+    if not path.exists():
+        return Finding("fail", "clip", f"IMAGESVC_CLIP_WEIGHTS names {path}, which does not exist")
+    return Finding("ok", "clip", f"weights found at {path}")
+
+
+def _secrets(settings: Any) -> list[Finding]:
+    shared = settings.storage == "s3" or settings.access_backend == "redis"
+    found = []
+    if shared and not settings.colophon_secret:
+        found.append(
+            Finding("fail", "secrets", "several nodes need one IMAGESVC_COLOPHON_SECRET, or notes differ per node")
+        )
+    if not settings.session_secret:
+        found.append(Finding("warn", "secrets", "IMAGESVC_SESSION_SECRET is empty: signed-in sessions are refused"))
+    return found or [Finding("ok", "secrets", "set")]
+
+
+async def run_checks(settings: Any) -> list[Finding]:
+    """Every check, in a fixed order; none raises."""
+    return [
+        *(await _store(settings)),
+        _catalog(settings),
+        await _access(settings),
+        _clip(settings),
+        *_secrets(settings),
+    ]

@@ -1,0 +1,89 @@
+"""`imagesvc doctor`: every check says ok, warn or fail with what to do; any failure makes the exit code 1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesvc.cli import main
+from imagesvc.storage.s3 import S3Config, S3Store
+from tests.library import copy_library
+from tests.servers import S3Server, free_port
+
+SEVERITY = {"ok": 0, "warn": 1, "fail": 2}
+
+
+def _doctor(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], **env: str) -> tuple[int, dict]:
+    for name, value in env.items():
+        monkeypatch.setenv(f"IMAGESVC_{name.upper()}", value)
+    code = main(["doctor", "--json"])
+    worst: dict[str, dict] = {}  # per check, its most severe finding
+    for finding in json.loads(capsys.readouterr().out):
+        seen = worst.get(finding["check"])
+        if seen is None or SEVERITY[finding["level"]] > SEVERITY[seen["level"]]:
+            worst[finding["check"]] = finding
+    return code, worst
+
+
+def test_the_embedded_default_passes_with_warnings(
+    demo_library: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    code, found = _doctor(monkeypatch, capsys, data_dir=str(data), session_secret="s")
+    assert code == 0
+    assert found["storage"]["level"] == found["catalog"]["level"] == found["access"]["level"] == "ok"
+    assert found["clip"]["level"] == "warn" and "full-text only" in found["clip"]["message"]
+
+
+def test_failures_name_what_to_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, found = _doctor(
+        monkeypatch,
+        capsys,
+        data_dir=str(tmp_path),
+        access_backend="redis",
+        redis_url=f"redis://127.0.0.1:{free_port()}/0",
+        clip_weights=str(tmp_path / "missing.safetensors"),
+    )
+    assert code == 1
+    assert found["access"]["level"] == "fail" and "IMAGESVC_REDIS_URL" in found["access"]["message"]
+    assert found["clip"]["level"] == "fail" and "missing.safetensors" in found["clip"]["message"]
+    assert found["catalog"]["level"] == "warn" and "imagesvc ingest" in found["catalog"]["message"]
+    assert found["secrets"]["level"] == "fail"  # a Redis deployment is shared: the colophon secret must be explicit
+
+
+def test_a_private_bucket_passes_the_privacy_check(
+    ceph_rgw: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ceph RGW enforces access control (moto does not), so only it can say whether unsigned reads are refused."""
+    config = S3Config(
+        ceph_rgw.endpoint_url, "doctor-private", ceph_rgw.region, ceph_rgw.access_key, ceph_rgw.secret_key
+    )
+
+    async def make_bucket() -> None:
+        store = S3Store(config)
+        await store.ensure_bucket()
+        await store.close()
+
+    asyncio.run(make_bucket())
+    code, found = _doctor(
+        monkeypatch,
+        capsys,
+        data_dir=str(tmp_path),
+        storage="s3",
+        image_host="https://img.example",
+        s3_endpoint=ceph_rgw.endpoint_url,
+        s3_bucket="doctor-private",
+        s3_access_key=ceph_rgw.access_key,
+        s3_secret_key=ceph_rgw.secret_key,
+        colophon_secret="shared",
+        session_secret="s",
+    )
+    assert found["storage"]["level"] == "ok"
+    assert found["privacy"]["level"] == "ok", found["privacy"]
+    assert code == 0
