@@ -17,7 +17,7 @@ from imagesvc.imaging.embed import splice_xmp
 from imagesvc.imaging.iiif import FORMATS, parse_request
 from imagesvc.tools.iiif import charge_units, derivative_etag, info_document, produce, resolve_source
 from imagesvc.tools.iiif_presentation import collection_document, collections_index, manifest_document
-from imagesvc.web.images import _not_modified
+from imagesvc.web.images import not_modified
 from imagesvc.web.keys import IIIF, SERVICES
 from imagesvc.web.params import bool_param
 from imagesvc.web.rest import tool_call
@@ -79,7 +79,7 @@ async def image(request: web.Request) -> web.StreamResponse:
         "Vary": "Authorization",
         "Link": PROFILE_LINK,
     }
-    if _not_modified(request, etag):
+    if not_modified(request, etag):
         return web.Response(status=304, headers=headers)  # a 304 delivers nothing and counts nothing
     width, height = plan.output_size
     salt = f"{call.caller.subject}|{dt.datetime.now(dt.UTC).date()}|{source.identifier}|{plan.canonical}"

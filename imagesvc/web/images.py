@@ -10,10 +10,11 @@ from imagesvc.web.keys import SERVICES
 from imagesvc.web.params import bool_param, int_param, str_param
 from imagesvc.web.rest import tool_call
 
-__all__ = ["image"]
+__all__ = ["image", "not_modified"]
 
 
-def _not_modified(request: web.Request, etag: str) -> bool:
+def not_modified(request: web.Request, etag: str) -> bool:
+    """Whether the request's If-None-Match names ``etag`` (or ``*``): the one 304 rule of /image and IIIF."""
     header = request.headers.get("If-None-Match", "")
     return header.strip() == "*" or any(tag.strip().removeprefix("W/") == f'"{etag}"' for tag in header.split(","))
 
@@ -31,7 +32,7 @@ async def image(request: web.Request) -> web.StreamResponse:
         clean=bool_param(request, "clean", False),
     )
     headers = {"ETag": f'"{delivery.etag}"', "Cache-Control": delivery.cache_control, "Vary": "Authorization"}
-    if _not_modified(request, delivery.etag):
+    if not_modified(request, delivery.etag):
         return web.Response(status=304, headers=headers)  # a 304 delivers nothing and counts nothing
     await call.meter.reserve("images", 1)
     stored = await services.store.get(delivery.key)
