@@ -44,6 +44,7 @@ from imagesvc.access import (
     utc_day,
     wait_until_free,
 )
+from imagesvc.access.group import GroupCommit, MeterRecord
 
 __all__ = ["RedisAccess"]
 
@@ -155,6 +156,18 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(w * 1000))
 return {1, count, redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]}
 """
 
+# KEYS: one day's meter per record. ARGV: pool and units of each record, then the meter's TTL. One call and one reply
+# for a whole batch of the group commit (a MULTI pipeline answers every command).
+_METER = """
+local ttl = ARGV[#ARGV]
+for i, key in ipairs(KEYS) do
+  redis.call('HINCRBY', key, ARGV[2 * i - 1] .. ':r', 1)
+  redis.call('HINCRBY', key, ARGV[2 * i - 1] .. ':u', ARGV[2 * i])
+  redis.call('EXPIRE', key, ttl)
+end
+return #KEYS
+"""
+
 _USAGE_TTL = BUDGET_WINDOW + 2 * BUCKET_SECONDS
 _METER_TTL = (METER_DAYS + 2) * 86_400
 
@@ -179,6 +192,7 @@ class RedisAccess:
         # A burst queues on a FIFO semaphore instead of opening thousands of sockets. (redis-py's blocking pool
         # does the same job unfairly: some callers waited seconds while later ones went first.)
         self._gate = asyncio.Semaphore(max_connections)
+        self._meter = GroupCommit(self._record_many)
         pool = aioredis.ConnectionPool.from_url(
             url,
             max_connections=max_connections,
@@ -192,6 +206,7 @@ class RedisAccess:
         self._commit = self._redis.register_script(_COMMIT)
         self._refund = self._redis.register_script(_REFUND)
         self._hit = self._redis.register_script(_HIT)
+        self._write_meter = self._redis.register_script(_METER)
 
     @asynccontextmanager
     async def _translate(self) -> AsyncIterator[None]:
@@ -296,13 +311,13 @@ class RedisAccess:
         return Denied(int(count), limit, wait)
 
     async def record(self, subject: str, pool: str, units: int = 0, now: float | None = None) -> None:
-        now = time.time() if now is None else now
-        key = self._key(subject, f"m:{utc_day(now)}")
-        async with self._translate(), self._redis.pipeline(transaction=True) as pipe:
-            pipe.hincrby(key, f"{pool}:r", 1)
-            pipe.hincrby(key, f"{pool}:u", units)
-            pipe.expire(key, _METER_TTL)
-            await pipe.execute()
+        await self._meter.submit(MeterRecord(subject, pool, units, time.time() if now is None else now))
+
+    async def _record_many(self, records: list[MeterRecord]) -> None:
+        keys = [self._key(r.subject, f"m:{utc_day(r.now)}") for r in records]
+        args: list[str | int] = [value for r in records for value in (r.pool, r.units)]
+        async with self._translate():
+            await self._write_meter(keys=keys, args=[*args, _METER_TTL])
 
     async def daily_usage(self, subject: str, days: int = METER_DAYS, now: float | None = None) -> list[DayUsage]:
         if not 1 <= days <= METER_DAYS:
@@ -328,6 +343,7 @@ class RedisAccess:
         return rows
 
     async def close(self) -> None:
+        await self._meter.flush()
         await self._redis.aclose()
         await self._redis.connection_pool.disconnect()
 

@@ -36,6 +36,7 @@ from imagesvc.access import (
     utc_day,
     wait_until_free,
 )
+from imagesvc.access.group import GroupCommit, MeterRecord
 
 __all__ = ["SqliteAccess"]
 
@@ -77,6 +78,7 @@ class SqliteAccess:
         self._con: sqlite3.Connection | None = None  # touched only by the worker thread
         self._last_sweep = -math.inf
         self._closed = False
+        self._meter = GroupCommit(self._record_many)
 
     async def _run(self, fn: Callable[..., T], *args: Any, write: bool = True) -> T:
         loop = asyncio.get_running_loop()
@@ -103,7 +105,7 @@ class SqliteAccess:
         if self._con is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             con = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
-            con.execute("PRAGMA journal_mode=WAL")
+            _use_wal(con)
             con.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across crashes of the app, not the OS
             con.executescript(_SCHEMA)
             self._con = con
@@ -223,12 +225,14 @@ class SqliteAccess:
         return Allowed(limit - count - 1, max(1, math.ceil(first + window - now)))
 
     async def record(self, subject: str, pool: str, units: int = 0, now: float | None = None) -> None:
-        now = time.time() if now is None else now
-        await self._run(self._record, subject, pool, units, now)
+        await self._meter.submit(MeterRecord(subject, pool, units, time.time() if now is None else now))
+
+    async def _record_many(self, records: list[MeterRecord]) -> None:
+        await self._run(self._write_meter, records)
 
     @staticmethod
-    def _record(con: sqlite3.Connection, subject: str, pool: str, units: int, now: float) -> None:
-        con.execute(_METER_UPSERT, (subject, utc_day(now), pool, units))
+    def _write_meter(con: sqlite3.Connection, records: list[MeterRecord]) -> None:
+        con.executemany(_METER_UPSERT, [(r.subject, utc_day(r.now), r.pool, r.units) for r in records])
 
     async def daily_usage(self, subject: str, days: int = METER_DAYS, now: float | None = None) -> list[DayUsage]:
         if not 1 <= days <= METER_DAYS:
@@ -248,6 +252,7 @@ class SqliteAccess:
         if self._closed:
             return
         self._closed = True
+        await self._meter.flush()
         await asyncio.get_running_loop().run_in_executor(self._thread, self._close_con)
         self._thread.shutdown(wait=True)
 
@@ -255,3 +260,16 @@ class SqliteAccess:
         if self._con is not None:
             self._con.close()
             self._con = None
+
+
+def _use_wal(con: sqlite3.Connection, attempts: int = 100) -> None:
+    """Put the file in WAL mode. Switching needs the file to itself, and SQLite answers "locked" at once, without
+    its busy wait, when another instance opens a new file at the same moment: so try again for up to two seconds."""
+    for attempt in range(attempts):
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            time.sleep(0.02)
