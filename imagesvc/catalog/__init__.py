@@ -134,6 +134,22 @@ class Catalog:
     def page(self, book_id: str, number: int) -> dict[str, Any] | None:
         return self.query_one("SELECT * FROM pages WHERE book_id = ? AND number = ?", (book_id, number))
 
+    def page_image(self, id_or_slug: str, number: int, tier: str) -> dict[str, Any] | None:
+        """Everything ``/image`` needs for one page tier, in one indexed look-up; None when no live book matches.
+
+        Keys: the book's ``id``, ``slug``, ``title``, ``year``, ``doi`` and ``institution``; the page's ``page_id``
+        (None when the book has no such page), ``image_unavailable`` and ``unavailable_reason``; the tier's
+        ``clean_key``, ``public_key`` (None when the tier was never rendered) and ``sha256``.
+        """
+        return self.query_one(
+            "SELECT b.id, b.slug, b.title, b.year, b.doi, b.institution, p.id AS page_id, p.image_unavailable,"
+            " p.unavailable_reason, r.clean_key, r.public_key, r.sha256"
+            " FROM books b LEFT JOIN pages p ON p.book_id = b.id AND p.number = ?"
+            " LEFT JOIN renditions r ON r.owner = p.id AND r.tier = ?"
+            " WHERE (b.id = ? OR b.slug = ?) AND b.withdrawn = 0",
+            (number, tier, id_or_slug, id_or_slug),
+        )
+
     def page_numbers(self, book_id: str) -> list[int]:
         return [
             r[0] for r in self._conn.execute("SELECT number FROM pages WHERE book_id = ? ORDER BY number", (book_id,))

@@ -8,7 +8,7 @@ from imagesvc.errors import NotFound
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
 
-__all__ = ["book_summary", "get_book", "list_books", "require_book"]
+__all__ = ["book_summary", "get_book", "list_books", "require_book", "unknown_book"]
 
 TIERS = ("full", "display", "thumb")
 
@@ -17,12 +17,17 @@ def require_book(services: Services, book_id: str, *, counts: bool = True) -> di
     """The live book with this id or slug, or ``NotFound`` with a way to find the right id."""
     book = services.catalog.find_book(book_id, counts=counts)
     if book is None:
-        raise NotFound(
-            f"No book has the id or slug {book_id!r}.",
-            recovery=["List books with GET /books (or the list_books tool) and use an id or slug from there."],
-            details={"book_id": book_id},
-        )
+        raise unknown_book(book_id)
     return book
+
+
+def unknown_book(book_id: str) -> NotFound:
+    """The 404 for an id or slug that names no live book, with the way to find the right one."""
+    return NotFound(
+        f"No book has the id or slug {book_id!r}.",
+        recovery=["List books with GET /books (or the list_books tool) and use an id or slug from there."],
+        details={"book_id": book_id},
+    )
 
 
 def book_summary(services: Services, book: dict[str, Any]) -> dict[str, Any]:

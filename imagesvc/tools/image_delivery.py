@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from colophon import Note
 from imagesvc.access.policy import CLASSES
@@ -18,7 +18,7 @@ from imagesvc.errors import Forbidden, InvalidRequest, NotFound
 from imagesvc.imaging.embed import build_xmp
 from imagesvc.services import Services
 from imagesvc.tools import Call
-from imagesvc.tools.books import require_book
+from imagesvc.tools.books import require_book, unknown_book
 
 __all__ = ["IMAGE_TIERS", "ImageDelivery", "locate_image"]
 
@@ -37,29 +37,40 @@ class ImageDelivery:
     clean: bool
 
 
+class Target(NamedTuple):
+    """The image a request names: its book's citation fields, page number, file-name stem and the tier's rendition."""
+
+    book: dict[str, Any]
+    number: int
+    name: str
+    rendition: dict[str, Any] | None
+
+
 def _clean_classes() -> list[str]:
     return [c.name.removeprefix("key:") for c in CLASSES.values() if c.clean_allowed]
 
 
-def _page_target(services: Services, book_id: str, number: int) -> tuple[dict[str, Any], str, int, str]:
-    book = require_book(services, book_id, counts=False)  # the hot path of /image needs no page counts
-    page = services.catalog.page(book["id"], number)
-    if page is None:
+def _page_target(services: Services, book_id: str, number: int, tier: str) -> Target:
+    row = services.catalog.page_image(book_id, number, tier)  # the hot path of /image: one indexed look-up
+    if row is None:
+        raise unknown_book(book_id)
+    if row["page_id"] is None:
         raise NotFound(
-            f"Book {book['slug']!r} has no page {number}.",
-            recovery=[f"Pages are listed by GET /books/{book['slug']}."],
-            details={"book_id": book["id"], "page": number},
+            f"Book {row['slug']!r} has no page {number}.",
+            recovery=[f"Pages are listed by GET /books/{row['slug']}."],
+            details={"book_id": row["id"], "page": number},
         )
-    if page["image_unavailable"]:
+    if row["image_unavailable"]:
         raise NotFound(
-            f"This library holds no image of page {number} of {book['slug']!r}.",
+            f"This library holds no image of page {number} of {row['slug']!r}.",
             recovery=["The page's text may still be available through the quote endpoints."],
-            details={"image_unavailable": True, "reason": page["unavailable_reason"]},
+            details={"image_unavailable": True, "reason": row["unavailable_reason"]},
         )
-    return book, page["id"], number, f"{book['slug']}-p{number}"
+    rendition = row if row["public_key"] is not None else None
+    return Target(row, number, f"{row['slug']}-p{number}", rendition)
 
 
-def _illustration_target(services: Services, illustration_id: str) -> tuple[dict[str, Any], str, int, str]:
+def _illustration_target(services: Services, illustration_id: str, tier: str) -> Target:
     ill = services.catalog.illustration(illustration_id)
     if ill is None:
         raise NotFound(
@@ -68,7 +79,8 @@ def _illustration_target(services: Services, illustration_id: str) -> tuple[dict
             details={"illustration": illustration_id},
         )
     book = require_book(services, ill["book_id"], counts=False)
-    return book, ill["id"], ill["page_number"], f"{book['slug']}-p{ill['page_number']}-{ill['idx']}"
+    rendition = services.catalog.renditions([ill["id"]])[ill["id"]].get(tier)
+    return Target(book, ill["page_number"], f"{book['slug']}-p{ill['page_number']}-{ill['idx']}", rendition)
 
 
 async def locate_image(
@@ -105,10 +117,10 @@ async def locate_image(
             details={"required_tiers": tiers, "caller_class": allowance.name},
         )
     if illustration is not None:
-        book_row, owner, number, name = _illustration_target(services, illustration)
+        target = _illustration_target(services, illustration, tier)
     else:
-        book_row, owner, number, name = _page_target(services, book, page)  # type: ignore[arg-type]
-    rendition = services.catalog.renditions([owner])[owner].get(tier)
+        target = _page_target(services, book, page, tier)  # type: ignore[arg-type]
+    book_row, number, name, rendition = target
     if rendition is None:
         raise NotFound(f"No {tier} image is stored for {name}.", recovery=["Ask an operator to re-run ingest."])
     key = rendition["clean_key"] if clean else rendition["public_key"]
