@@ -14,6 +14,7 @@ from imagesvc.catalog import Catalog
 from imagesvc.observability import MeteredStore, Metrics
 from imagesvc.services import Services, colophon_secret
 from imagesvc.storage import make_store
+from imagesvc.storage.hot import HotObjects
 from imagesvc.web.access import access_middleware
 from imagesvc.web.keys import ACCESS, IDENTIFIER, IIIF, METRICS, SEARCH, SERVICES
 from imagesvc.web.metrics import observe_middleware, rejections_middleware
@@ -38,7 +39,8 @@ def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Applica
 
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:
         catalog = Catalog(settings.data_dir / "catalog.sqlite3")
-        store = MeteredStore(make_store(settings), app[METRICS].store_errors)
+        store = HotObjects(MeteredStore(make_store(settings), app[METRICS].store_errors), settings.hot_cache_bytes)
+        app[METRICS].watch_hot_objects(store)
         app[SERVICES] = Services(settings, catalog, store, colophon_secret(settings))
         app[IDENTIFIER] = Identifier(settings, catalog, CrawlerVerifier(settings.crawler_domains, resolver))
         try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from imagesvc.errors import ImagesvcError, InvalidRequest, RateLimited
@@ -94,6 +94,19 @@ class RunSummaryCollector(Collector):
                     yield GaugeMetricFamily(f"imagesvc_{job}_last_run_{name}", help_text, value=summary[key])
 
 
+class HotObjectsCollector(Collector):
+    """Hits, misses and held bytes of the in-memory object cache (``storage.hot.HotObjects``), read at scrape time."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        c = self.cache
+        yield CounterMetricFamily("imagesvc_hot_objects_hits", "Public-tier reads served from memory.", value=c.hits)
+        yield CounterMetricFamily("imagesvc_hot_objects_misses", "Public-tier reads from the store.", value=c.misses)
+        yield GaugeMetricFamily("imagesvc_hot_objects_bytes", "Bytes of public tiers held in memory.", value=c.bytes)
+
+
 class Metrics:
     """Every metric of one app, in a registry of its own so that several apps in one process never collide."""
 
@@ -125,6 +138,10 @@ class Metrics:
             ["backend", "operation", "kind"], registry=r,
         )  # fmt: skip
         r.register(RunSummaryCollector(data_dir))
+
+    def watch_hot_objects(self, cache: Any) -> None:
+        """Export the counters of this app's in-memory object cache."""
+        self.registry.register(HotObjectsCollector(cache))
 
     def count_rejection(self, error: RateLimited, caller_class: str) -> None:
         """Count one 429: the request limit when its pool is ``requests``, else a budget pool."""

@@ -146,6 +146,12 @@ class Settings:
     iiif_cache_bytes: int = _opt(
         1 << 30, "Bound of the IIIF derivative cache under cache/iiif/ in the store, in bytes (0: no cache).", int
     )
+    hot_cache_bytes: int = _opt(
+        256 << 20,
+        "Memory each serving process keeps for recently delivered public tiers (immutable objects), in bytes "
+        "(0: read every image from the store).",
+        _non_negative_int,
+    )
     iiif_test_id: str = _opt(
         "", "IIIF identifier of the validator's test pattern, served unmarked from IIIF_TEST_IMAGE (empty: none).", str
     )

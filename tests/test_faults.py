@@ -100,10 +100,13 @@ async def test_s3_down_gives_503_and_recovers(
     resp = await client.get("/image", params=GOOD_PAGE)
     assert resp.status == 200
     image = await resp.read()
+    unread = {**GOOD_PAGE, "tier": "display"}  # never delivered yet, so not held in memory
 
     moto.stop()
+    kept = await client.get("/image", params=GOOD_PAGE)  # a public tier delivered before is still served
+    assert kept.status == 200 and await kept.read() == image
     started = time.monotonic()
-    await assert_unavailable(await client.get("/image", params=GOOD_PAGE))
+    await assert_unavailable(await client.get("/image", params=unread))
     assert time.monotonic() - started < 15  # bounded retries: a dead store fails fast, it does not hang
     health = await client.get("/health")
     assert health.status == 503 and (await health.json())["status"] == "degraded"
@@ -112,8 +115,8 @@ async def test_s3_down_gives_503_and_recovers(
     moto.restart()
 
     async def serves() -> bool:
-        resp = await client.get("/image", params=GOOD_PAGE)
-        return resp.status == 200 and await resp.read() == image
+        resp = await client.get("/image", params=unread)
+        return resp.status == 200 and (await resp.read()).startswith(b"\xff\xd8")
 
     assert await eventually(serves, 10) < 10
     assert (await client.get("/health")).status == 200

@@ -1,0 +1,77 @@
+"""Hot immutable objects kept in memory in front of an object store, so that /image serves popular pages without a
+store round trip.
+
+Only keys under ``pub/`` are kept: their names carry the content's hash (ingest/objects.py), so a key never changes its
+bytes and nothing can go stale. Clean copies, masters and caches have stable names and are always read from the store.
+Entries are evicted least recently used first once their bytes pass the bound; one object may take at most an eighth
+of it, so a few full tiers never flush every display tier.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from imagesvc.storage import StoredObject
+
+__all__ = ["IMMUTABLE_PREFIX", "HotObjects"]
+
+IMMUTABLE_PREFIX = "pub/"
+
+
+class HotObjects:
+    """An object store (``inner``) with an LRU of up to ``max_bytes`` of immutable objects (0: nothing is kept).
+
+    Every other call and attribute passes through to ``inner``. Not thread-safe: one event loop uses it.
+    """
+
+    def __init__(self, inner: Any, max_bytes: int) -> None:
+        self.inner = inner
+        self.max_bytes = max(0, max_bytes)
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[str, StoredObject] = OrderedDict()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def get(self, key: str, *, byte_range: tuple[int, int] | None = None) -> StoredObject:
+        if byte_range is not None or not self.max_bytes or not key.startswith(IMMUTABLE_PREFIX):
+            return await self.inner.get(key, byte_range=byte_range)
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry
+        self.misses += 1
+        stored = await self.inner.get(key)
+        self._keep(key, stored)
+        return stored
+
+    def _keep(self, key: str, stored: StoredObject) -> None:
+        size = len(stored.data)
+        if size > self.max_bytes // 8 or key in self._entries:
+            return
+        self._entries[key] = stored
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self.bytes -= len(evicted.data)
+
+    def forget(self, key: str) -> None:
+        """Drop ``key`` if it is kept (a delete, or a put that might replace it)."""
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.bytes -= len(entry.data)
+
+    async def put(self, key: str, data: bytes, **options: Any) -> Any:
+        self.forget(key)
+        return await self.inner.put(key, data, **options)
+
+    async def delete(self, key: str) -> None:
+        self.forget(key)
+        await self.inner.delete(key)
