@@ -20,6 +20,7 @@ from imagesvc.tools.iiif_presentation import collection_document, collections_in
 from imagesvc.web.images import not_modified
 from imagesvc.web.keys import IIIF, SERVICES
 from imagesvc.web.params import bool_param
+from imagesvc.web.responses import BytesResponse
 from imagesvc.web.rest import tool_call
 
 __all__ = ["base_redirect", "collection", "collections", "image", "info", "manifest", "service_base"]
@@ -89,7 +90,7 @@ async def image(request: web.Request) -> web.StreamResponse:
     body = await produce(services, runtime, source, plan, etag.split("-")[0])
     if xmp:
         body = splice_xmp(body, xmp)
-    return web.Response(body=body, content_type=FORMATS[plan.format], headers=headers)
+    return BytesResponse(body, content_type=FORMATS[plan.format], headers=headers)
 
 
 async def manifest(request: web.Request) -> web.Response:

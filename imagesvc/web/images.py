@@ -8,6 +8,7 @@ from imagesvc.imaging.embed import splice_xmp
 from imagesvc.tools.image_delivery import IMAGE_TIERS, locate_image
 from imagesvc.web.keys import SERVICES
 from imagesvc.web.params import bool_param, int_param, str_param
+from imagesvc.web.responses import BytesResponse
 from imagesvc.web.rest import tool_call
 
 __all__ = ["image", "not_modified"]
@@ -34,8 +35,11 @@ async def image(request: web.Request) -> web.StreamResponse:
     headers = {"ETag": f'"{delivery.etag}"', "Cache-Control": delivery.cache_control, "Vary": "Authorization"}
     if not_modified(request, delivery.etag):
         return web.Response(status=304, headers=headers)  # a 304 delivers nothing and counts nothing
-    await call.meter.reserve("images", 1)
+    if request.method == "HEAD":
+        await call.meter.state("images")  # a HEAD delivers no image: it reports the pool and spends nothing
+    else:
+        await call.meter.reserve("images", 1)
     stored = await services.store.get(delivery.key)
     body = splice_xmp(stored.data, delivery.xmp) if delivery.xmp else stored.data
     headers["Content-Disposition"] = f'inline; filename="{delivery.filename}"'
-    return web.Response(body=body, content_type="image/jpeg", headers=headers)
+    return BytesResponse(body, content_type="image/jpeg", headers=headers)

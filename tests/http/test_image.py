@@ -50,6 +50,21 @@ async def test_default_is_the_marked_public_tier(client: TestClient) -> None:
     assert resp.headers["Cache-Control"] == "public, max-age=86400"
 
 
+async def test_head_and_repeat_deliveries(client: TestClient) -> None:
+    got = await client.get("/image", params=PAGE)
+    body = await got.read()
+    head = await client.head("/image", params=PAGE)
+    assert head.status == 200
+    assert head.headers["RateLimit"] == got.headers["RateLimit"].replace("r=59", "r=58")  # no image spent
+    assert int(head.headers["Content-Length"]) == len(body) and await head.read() == b""
+    assert head.headers["ETag"] == got.headers["ETag"]
+    again = await client.get("/image", params=PAGE)  # served from memory now: same bytes, same validator
+    assert await again.read() == body and again.headers["ETag"] == got.headers["ETag"]
+    metrics = await (await client.get("/metrics")).text()
+    hits = next(line for line in metrics.splitlines() if line.startswith("imagesvc_hot_objects_hits_total "))
+    assert float(hits.split()[1]) >= 2  # the HEAD and the repeat GET
+
+
 @pytest.mark.parametrize("tier", ["free", "language", "domain"])
 async def test_clean_is_refused_for_every_tier_below_full(client: TestClient, data_dir: Path, tier: str) -> None:
     key, _ = _key(data_dir, tier)
@@ -124,6 +139,7 @@ async def test_illustration_images(client: TestClient) -> None:
         ({**PAGE, "page": "two"}, 400),
         ({**PAGE, "clean": "maybe"}, 400),
         ({"book": "nope", "page": "1"}, 404),
+        ({**PAGE, "page": "999"}, 404),
         ({"book": "demo-traite-des-mines", "page": "7"}, 404),
     ],
 )
