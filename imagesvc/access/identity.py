@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -190,7 +191,13 @@ def in_networks(address: str, networks: Sequence[str]) -> bool:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return False
-    return any(ip in ipaddress.ip_network(n, strict=False) for n in networks)
+    return any(ip in network for network in _parsed_networks(tuple(networks)))
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed_networks(networks: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Settings hold networks as text; parsing them once, not on every request, is most of what a check costs."""
+    return tuple(ipaddress.ip_network(n, strict=False) for n in networks)
 
 
 def bearer(headers: Mapping[str, str]) -> str | None:

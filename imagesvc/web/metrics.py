@@ -59,6 +59,8 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
 
 
 def _log_access(request: web.Request, route: str, status: int, elapsed: float) -> None:
+    if not access_log.isEnabledFor(logging.INFO):
+        return
     caller = request.get(CALLER)
     fields = {
         "method": request.method,

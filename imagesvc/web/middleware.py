@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import uuid
+import secrets
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -39,7 +39,7 @@ def error_json(error: ImagesvcError, request_id: str) -> web.Response:
 @web.middleware
 async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Give the request an id and answer CORS preflights for every route."""
-    request[REQUEST_ID] = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+    request[REQUEST_ID] = request.headers.get("X-Request-Id") or secrets.token_hex(8)
     if request.method == "OPTIONS":
         return web.Response(status=204, headers=PREFLIGHT_HEADERS)
     return await handler(request)
