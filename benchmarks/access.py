@@ -1,4 +1,5 @@
-"""Accounting cost per delivery (reserve + commit) on SQLite and Redis, against a bare round trip measured alongside.
+"""Accounting cost per delivery on SQLite and Redis (reserve + commit for capped callers, one meter record for
+uncapped ones), against a bare round trip measured alongside.
 
 Run: ``.venv/bin/python benchmarks/access.py [--ops 3000] [--callers 64] [--redis-url URL]``. Without ``--redis-url``
 it starts a private ``redis-server`` on a free port. Prints a Markdown table of p50/p99 latencies in milliseconds.
@@ -83,6 +84,15 @@ def _accounting(access: AccessState, subjects: int) -> Op:
     return op
 
 
+def _metering(access: AccessState, subjects: int) -> Op:
+    """What a delivery to a paid or exempt caller costs: one meter record, written by group commit."""
+
+    async def op(i: int) -> None:
+        await access.record(f"key:bench{i % subjects}", "images", 1)
+
+    return op
+
+
 async def _fill_day(access: AccessState, subject: str) -> None:
     """Give ``subject`` one committed bucket in every minute of the last 24 h: the most a reserve ever sums."""
     now = time.time()
@@ -131,6 +141,11 @@ async def _bench(args: argparse.Namespace, redis_url: str, folder: Path) -> list
             f"| {name}: reference, {args.callers} callers | {args.ops} | {ref_many:.3f} | | {many_rate:,.0f} | 1.0x |"
         )
         rows.append(_row(f"{name}: reserve+commit, {args.callers} callers", many, ref_many))
+        for callers in (1, args.callers):
+            record = await _timed(_metering(access, 1000), args.ops, callers)
+            reference = ref_single if callers == 1 else ref_many
+            who = "1 caller" if callers == 1 else f"{callers} callers"
+            rows.append(_row(f"{name}: metered delivery (uncapped caller), {who}", record, reference))
         await _fill_day(access, "ip:192.0.2.99")
 
         async def busy(_: int, access: AccessState = access) -> None:
