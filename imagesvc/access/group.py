@@ -3,7 +3,9 @@
 Every delivery to an uncapped caller (paid tiers, exempt callers) is metered once its bytes went out. Under load,
 one transaction (SQLite) or one pipeline (Redis) per delivery costs more than the delivery itself; coalescing the
 records that queue up meanwhile keeps the meter exact, each caller still waits until its own record is stored, and
-an idle service writes each record at once, as before.
+an idle service writes each record at once, as before. A write that fails fails every record of its batch (each
+caller gets the error, after its delivery, and it is logged); it is not retried, since a write whose reply was lost
+may have been stored, and a retry would then count it twice.
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ class GroupCommit:
     def _writer_done(self, writer: asyncio.Task[None]) -> None:
         if not writer.cancelled():
             return
-        # Only a shutdown cancels the writer: the records it leaves are lost, and their callers must hear so.
+        # Only a shutdown cancels the writer, and its callers must not wait for ever: they get CancelledError. The
+        # batch in flight may still be stored (a SQLite write runs on to the end on its thread); the queued ones are
+        # not, nor is a record submitted between the cancellation and this callback.
         for _, future in [*self._inflight, *self._queue]:
             future.cancel()
         self._inflight, self._queue = [], []

@@ -156,8 +156,8 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(w * 1000))
 return {1, count, redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]}
 """
 
-# KEYS: one day's meter per record. ARGV: pool and units of each record, then the meter's TTL. One call and one reply
-# for a whole batch of the group commit (a MULTI pipeline answers every command).
+# KEYS: one day's meter of one subject per record. ARGV: pool and units of each record, then the meter's TTL. One
+# reply per subject in a batch of the group commit (a MULTI pipeline would answer every command).
 _METER = """
 local ttl = ARGV[#ARGV]
 for i, key in ipairs(KEYS) do
@@ -314,10 +314,17 @@ class RedisAccess:
         await self._meter.submit(MeterRecord(subject, pool, units, time.time() if now is None else now))
 
     async def _record_many(self, records: list[MeterRecord]) -> None:
-        keys = [self._key(r.subject, f"m:{utc_day(r.now)}") for r in records]
-        args: list[str | int] = [value for r in records for value in (r.pool, r.units)]
-        async with self._translate():
-            await self._write_meter(keys=keys, args=[*args, _METER_TTL])
+        # One script call per subject, so each touches only keys of one hash slot (as on a Redis Cluster), all of
+        # them sent in one pipeline: one round trip for the batch.
+        by_subject: dict[str, list[MeterRecord]] = {}
+        for record in records:
+            by_subject.setdefault(record.subject, []).append(record)
+        async with self._translate(), self._redis.pipeline(transaction=False) as pipe:
+            for subject, mine in by_subject.items():
+                keys = [self._key(subject, f"m:{utc_day(r.now)}") for r in mine]
+                args: list[str | int] = [value for r in mine for value in (r.pool, r.units)]
+                await self._write_meter(keys=keys, args=[*args, _METER_TTL], client=pipe)
+            await pipe.execute()
 
     async def daily_usage(self, subject: str, days: int = METER_DAYS, now: float | None = None) -> list[DayUsage]:
         if not 1 <= days <= METER_DAYS:

@@ -105,7 +105,11 @@ class SqliteAccess:
         if self._con is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             con = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
-            _use_wal(con)
+            try:
+                _use_wal(con)
+            except sqlite3.Error:
+                con.close()
+                raise
             con.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across crashes of the app, not the OS
             con.executescript(_SCHEMA)
             self._con = con
