@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from imagesvc.access import AccessState, PoolState, Reservation
+from imagesvc.access import AccessState, Denied, PoolState, Reservation
 from imagesvc.access.headers import rate_limited
 from imagesvc.access.identity import Caller
 
@@ -54,6 +54,15 @@ class Meter:
         """The pool's state without counting anything (for headers and the quota endpoint)."""
         state = await self.access.usage(self.caller.subject, pool, self.caller.allowance.budget(pool))
         self.states.setdefault(pool, state)
+        return state
+
+    async def require(self, pool: str, units: int = 1) -> PoolState:
+        """For a HEAD, which delivers nothing: count nothing, but raise the ``RateLimited`` that reserving ``units``
+        would raise, so that HEAD answers as GET would. Returns the pool's state."""
+        state = await self.state(pool)
+        if state.limit is not None and (state.remaining or 0) < units:
+            denied = Denied(state.used, state.limit, state.reset_seconds)
+            raise rate_limited(self.caller.allowance, pool, denied)
         return state
 
     def adopt(self, other: Meter) -> None:

@@ -51,6 +51,8 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         request[REQUEST_DENIED] = denied
     meter = Meter(app[ACCESS], caller)
     request[METER] = meter
+    if limit is None:
+        hit = None  # this route counts no requests, so its responses state no request limit (never "r=0")
     request[RATE_HEADERS] = rate_headers(allowance, {}, hit)
     try:
         response = await handler(request)

@@ -36,7 +36,7 @@ async def image(request: web.Request) -> web.StreamResponse:
     if not_modified(request, delivery.etag):
         return web.Response(status=304, headers=headers)  # a 304 delivers nothing and counts nothing
     if request.method == "HEAD":
-        await call.meter.state("images")  # a HEAD delivers no image: it reports the pool and spends nothing
+        await call.meter.require("images")  # a HEAD delivers no image: it spends nothing, yet answers as GET would
     else:
         await call.meter.reserve("images", 1)
     stored = await services.store.get(delivery.key)

@@ -76,6 +76,27 @@ async def test_exhausted_budget_is_429_with_consistent_retry_after(client: TestC
     assert resp.headers["Access-Control-Allow-Origin"] == "*"
 
 
+async def test_head_spends_nothing_and_answers_as_get_would(client: TestClient) -> None:
+    await _consume(client, "ip:127.0.0.1", "images", 499, 500)
+    for _ in range(3):
+        assert (await client.head("/image", params=THUMB)).status == 200
+    got = await client.get("/image", params=THUMB)  # the HEADs left the last unit for this GET
+    assert got.status == 200
+    head, get = await client.head("/image", params=THUMB), await client.get("/image", params=THUMB)
+    assert head.status == get.status == 429
+    assert abs(int(head.headers["Retry-After"]) - int(get.headers["Retry-After"])) <= 1  # asked a moment apart
+
+
+async def test_iiif_responses_state_no_request_limit(client: TestClient) -> None:
+    book = await (await client.get("/books/demo-speculum-fornacum")).json()
+    for path in (f"/iiif/3/{book['id']}-1/info.json", f"/iiif/3/{book['id']}-1/full/max/0/default.jpg"):
+        resp = await client.get(path)
+        assert resp.status == 200
+        # IIIF is charged to the image budget by area and counts no requests: never a misleading "requests";r=0
+        assert '"requests"' not in resp.headers.get("RateLimit", "") + resp.headers.get("RateLimit-Policy", "")
+    assert (await client.get("/books")).headers["RateLimit"].endswith('"requests";r=58;t=3600')
+
+
 async def test_a_304_and_an_error_cost_nothing(client: TestClient) -> None:
     first = await client.get("/image", params=THUMB)
     etag = first.headers["ETag"]
