@@ -7,6 +7,7 @@ Each setting is declared once in ``FIELDS`` with its type, default and help text
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -73,6 +74,17 @@ def _csv(raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
+def _networks(raw: str) -> tuple[str, ...]:
+    """Comma-separated addresses or networks, each checked now rather than on the first request that needs it."""
+    values = _csv(raw)
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an IP address or network (e.g. 10.0.0.0/8, 2001:db8::/32)") from None
+    return values
+
+
 def _opt(default: Any, help: str, parse: Callable[[str], Any], *, secret: bool = False) -> Any:
     return field(default=default, metadata={"help": help, "parse": parse, "secret": secret})
 
@@ -106,7 +118,7 @@ class Settings:
     )
     redis_url: str = _opt("redis://127.0.0.1:6379/0", "Redis URL when IMAGESVC_ACCESS_BACKEND=redis.", str)
     trusted_proxies: tuple[str, ...] = _opt(
-        (), "Comma-separated addresses or networks whose X-Forwarded-For is trusted.", _csv
+        (), "Comma-separated addresses or networks whose X-Forwarded-For is trusted.", _networks
     )
     crawler_agents: tuple[str, ...] = _opt(
         ("Googlebot", "bingbot", "Applebot", "DuckDuckBot"),
@@ -124,7 +136,7 @@ class Settings:
         _csv,
     )
     assistant_networks: tuple[str, ...] = _opt(
-        (), "Comma-separated networks assistant fetches must come from to be exempt (empty: none are).", _csv
+        (), "Comma-separated networks assistant fetches must come from to be exempt (empty: none are).", _networks
     )
     session_secret: str = _opt("", "Shared secret the site signs session tokens with.", str, secret=True)
     colophon_secret: str = _opt(
@@ -170,8 +182,8 @@ class Settings:
     clip_batch: int = _opt(64, "Images per CLIP batch during `imagesvc index`.", _positive_int)
     snapshot_prefix: str = _opt(
         "",
-        "Key prefix in the object store under which catalog snapshots live (empty: off). ingest and index publish "
-        "a snapshot there; serve follows the newest one (docs/operations.md).",
+        "Key prefix in the object store under which catalog snapshots live (empty: off; never under the public "
+        "pub/). ingest and index publish a snapshot there; serve follows the newest one (docs/operations.md).",
         str,
     )
     snapshot_poll_seconds: int = _opt(
@@ -233,6 +245,12 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         settings = dataclasses.replace(settings, site_url=f"http://{settings.host}:{settings.port}")
     if settings.storage == "s3" and not settings.image_host:
         raise SettingsError("IMAGESVC_IMAGE_HOST must be set when IMAGESVC_STORAGE=s3 (the public bucket's base URL)")
+    prefix = settings.snapshot_prefix.strip("/")
+    if prefix == "pub" or prefix.startswith("pub/"):
+        raise SettingsError(
+            f"IMAGESVC_SNAPSHOT_PREFIX={settings.snapshot_prefix!r} is under pub/, the prefix the image host "
+            "publishes: the catalog would be readable by anyone. Use a private prefix such as snapshots/."
+        )
     if not 1 <= settings.jpeg_quality <= 95:
         raise SettingsError(f"IMAGESVC_JPEG_QUALITY={settings.jpeg_quality!r} is not valid: expected 1 to 95")
     return settings

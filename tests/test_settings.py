@@ -35,6 +35,10 @@ def test_values_are_parsed() -> None:
         ("IMAGESVC_SITE_URL", "example.org"),
         ("IMAGESVC_DISPLAY_SIZE", "0"),
         ("IMAGESVC_JPEG_QUALITY", "100"),
+        ("IMAGESVC_ASSISTANT_NETWORKS", "10.0.0.0/8,banana"),
+        ("IMAGESVC_TRUSTED_PROXIES", "10.0.0.300"),
+        ("IMAGESVC_HOT_CACHE_BYTES", "-1"),
+        ("IMAGESVC_SNAPSHOT_PREFIX", "pub/snapshots"),
     ],
 )
 def test_bad_values_name_the_variable(name: str, value: str) -> None:

@@ -1,22 +1,29 @@
 """Hot immutable objects kept in memory in front of an object store, so that /image serves popular pages without a
 store round trip.
 
-Only keys under ``pub/`` are kept: their names carry the content's hash (ingest/objects.py), so a key never changes its
-bytes and nothing can go stale. Clean copies, masters and caches have stable names and are always read from the store.
-Entries are evicted least recently used first once their bytes pass the bound; one object may take at most an eighth
-of it, so a few full tiers never flush every display tier.
+Only public tiers are kept: keys under ``pub/`` whose file name ends in eight hex digits of the content's SHA-256
+(``pub/<book>/<n>-<tier>-<sha8>.jpg``, ``pub/illus/<slug>-<tier>-<sha8>.jpg``: ingest/objects.py). Such a key never
+changes its bytes, so nothing kept can go stale. Anything else (clean copies, masters, caches, a stray object under
+``pub/`` without a hash in its name) is always read from the store. Entries are evicted least recently used first once
+their bytes pass the bound; one object may take at most an eighth of it.
 """
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from typing import Any
 
 from imagesvc.storage import StoredObject
 
-__all__ = ["IMMUTABLE_PREFIX", "HotObjects"]
+__all__ = ["HotObjects", "is_immutable"]
 
-IMMUTABLE_PREFIX = "pub/"
+_IMMUTABLE = re.compile(r"pub/.+-[0-9a-f]{8}\.[a-z]+")
+
+
+def is_immutable(key: str) -> bool:
+    """Whether ``key`` names a public tier by its content hash, so that its bytes can never change."""
+    return _IMMUTABLE.fullmatch(key) is not None
 
 
 class HotObjects:
@@ -32,6 +39,7 @@ class HotObjects:
         self.hits = 0
         self.misses = 0
         self._entries: OrderedDict[str, StoredObject] = OrderedDict()
+        self._writes = 0  # puts and deletes so far: a read that overlapped one is not kept
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -40,7 +48,7 @@ class HotObjects:
         return len(self._entries)
 
     async def get(self, key: str, *, byte_range: tuple[int, int] | None = None) -> StoredObject:
-        if byte_range is not None or not self.max_bytes or not key.startswith(IMMUTABLE_PREFIX):
+        if byte_range is not None or not self.max_bytes or not is_immutable(key):
             return await self.inner.get(key, byte_range=byte_range)
         entry = self._entries.get(key)
         if entry is not None:
@@ -48,8 +56,10 @@ class HotObjects:
             self.hits += 1
             return entry
         self.misses += 1
+        writes = self._writes
         stored = await self.inner.get(key)
-        self._keep(key, stored)
+        if writes == self._writes:
+            self._keep(key, stored)
         return stored
 
     def _keep(self, key: str, stored: StoredObject) -> None:
@@ -64,6 +74,7 @@ class HotObjects:
 
     def forget(self, key: str) -> None:
         """Drop ``key`` if it is kept (a delete, or a put that might replace it)."""
+        self._writes += 1
         entry = self._entries.pop(key, None)
         if entry is not None:
             self.bytes -= len(entry.data)

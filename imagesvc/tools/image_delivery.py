@@ -66,6 +66,8 @@ def _page_target(services: Services, book_id: str, number: int, tier: str) -> Ta
             recovery=["The page's text may still be available through the quote endpoints."],
             details={"image_unavailable": True, "reason": row["unavailable_reason"]},
         )
+    # The joined row holds both the book's citation fields and the rendition's keys; public_key is NULL when the
+    # page has no rendition of this tier (the column is NOT NULL in the table).
     rendition = row if row["public_key"] is not None else None
     return Target(row, number, f"{row['slug']}-p{number}", rendition)
 

@@ -1,4 +1,4 @@
-"""``BytesResponse``: a whole body held in memory, sent after its headers without being copied."""
+"""``BytesResponse``: a whole body held in memory, written after its headers rather than joined with them."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ __all__ = ["BytesResponse"]
 class BytesResponse(web.StreamResponse):
     """Like ``web.Response(body=...)`` for large bodies such as images, minus one copy of the body per response.
 
-    aiohttp's ``Response`` hands headers and body to the transport together, and on Python 3.11 the transport joins
-    them into one new buffer first: for a half-megabyte image that copy was a tenth of what /image cost. Here the
-    headers go out on their own and the body follows as a view of the same bytes, under the transport's flow control.
-    Sent by ``prepare`` plus ``write_eof``, as aiohttp sends any response a handler returns; HEAD, 204 and 304 get
-    the headers only.
+    aiohttp's ``Response`` holds its headers back to hand them to the transport together with the body, and on
+    Python 3.11 the transport joins the two into one new buffer first: for a half-megabyte image that copy was a
+    tenth of what /image cost. A ``StreamResponse`` sends its headers when prepared, so here the body follows on its
+    own, as a view of the same bytes, under the transport's flow control. Sent by ``prepare`` plus ``write_eof``, as
+    aiohttp sends any response a handler returns; HEAD, 204 and 304 get the headers only.
     """
 
     def __init__(
@@ -36,6 +36,5 @@ class BytesResponse(web.StreamResponse):
     async def write_eof(self, data: bytes = b"") -> None:
         body, self._pending = self._pending, None
         if body:
-            await self.write(b"")  # an empty write sends the buffered headers alone
             await self.write(memoryview(body))
         await super().write_eof(data)
