@@ -22,7 +22,8 @@ from imagesvc.imaging import TierSpec
 from imagesvc.imaging.iiif import Limits, Plan, parse_request, render
 from imagesvc.imaging.tiers import fit_size
 from imagesvc.storage.local import LocalStore
-from imagesvc.tools.iiif import DerivativeCache, IiifSource, SourceTier, derivative_etag, produce
+from imagesvc.tools.iiif import IiifSource, SourceTier, derivative_etag, produce
+from imagesvc.tools.iiif_cache import DerivativeCache
 
 __all__ = ["main"]
 

@@ -79,7 +79,8 @@ def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Applica
         from concurrent.futures import ThreadPoolExecutor
 
         from imagesvc.imaging.iiif import Limits
-        from imagesvc.tools.iiif import DerivativeCache, IiifRuntime
+        from imagesvc.tools.iiif import IiifRuntime
+        from imagesvc.tools.iiif_cache import DerivativeCache
 
         pool = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="iiif")
         limits = Limits(settings.iiif_max_width, settings.iiif_max_width, settings.iiif_max_area)

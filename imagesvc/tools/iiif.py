@@ -1,5 +1,5 @@
 """IIIF Image API sources: which stored pixels an identifier stands for, under ``/image``'s entitlement rules, plus
-the info.json document, the area-based image charge, and the bounded derivative cache.
+the info.json document, the area-based image charge, and rendering through the derivative cache (iiif_cache.py).
 
 Entitlement is never decided here: every tier is located through ``locate_image``, so a caller gets the clean tiers
 only where ``/image?clean=1`` would give them (otherwise 403), and the marked public tiers by default. The one
@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import math
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,11 @@ from imagesvc.errors import NotFound
 from imagesvc.imaging import TierSpec
 from imagesvc.imaging.iiif import FORMATS, QUALITIES, Limits, Plan, render
 from imagesvc.services import Services
-from imagesvc.storage import ObjectNotFound, ObjectStore
 from imagesvc.tools import Call
+from imagesvc.tools.iiif_cache import DerivativeCache
 from imagesvc.tools.image_delivery import ImageDelivery, locate_image
 
 __all__ = [
-    "CACHE_PREFIX",
-    "DerivativeCache",
     "IiifRuntime",
     "IiifSource",
     "SourceTier",
@@ -40,7 +38,6 @@ __all__ = [
     "resolve_source",
 ]
 
-CACHE_PREFIX = "cache/iiif/"
 TILE = 512
 CONTEXT = "http://iiif.io/api/image/3/context.json"
 # Beyond level 2 we also offer these (level 2 itself already covers regions, sizes and 90-degree rotation).
@@ -187,52 +184,6 @@ def derivative_etag(source: IiifSource, plan: Plan) -> str:
     full = source.full
     text = f"{source.identifier}|{full.key}|{full.sha256}|{'clean' if source.clean else 'marked'}|{plan.canonical}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-@dataclass
-class DerivativeCache:
-    """Rendered outputs under ``cache/iiif/`` in the private store, bounded to ``max_bytes`` (0: no caching).
-
-    The bound is checked on write, after every ``max_bytes / 8`` newly written bytes (and on the first write): when
-    the prefix holds more than ``max_bytes``, objects are deleted in key order (content hashes, so effectively at
-    random) until it holds three quarters of the bound. A listing per eighth of the bound is what we can afford on S3.
-    """
-
-    store: ObjectStore
-    max_bytes: int
-    _since_sweep: int = -1
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    async def get(self, name: str) -> bytes | None:
-        if self.max_bytes <= 0:
-            return None
-        try:
-            return (await self.store.get(CACHE_PREFIX + name)).data
-        except ObjectNotFound:
-            return None
-
-    async def put(self, name: str, data: bytes, content_type: str) -> None:
-        if self.max_bytes <= 0 or len(data) > self.max_bytes // 4:
-            return
-        await self.store.put(CACHE_PREFIX + name, data, content_type=content_type)
-        self._since_sweep = len(data) if self._since_sweep < 0 else self._since_sweep + len(data)
-        if (self._since_sweep == len(data) or self._since_sweep >= self.max_bytes // 8) and not self._lock.locked():
-            async with self._lock:
-                self._since_sweep = 0
-                await self.sweep()
-
-    async def sweep(self) -> int:
-        """Evict until the cache fits; returns the bytes it holds afterwards."""
-        objects = [info async for info in self.store.list(CACHE_PREFIX)]
-        total = sum(info.size for info in objects)
-        if total <= self.max_bytes:
-            return total
-        for info in objects:
-            if total <= self.max_bytes * 3 // 4:
-                break
-            await self.store.delete(info.key)
-            total -= info.size
-        return total
 
 
 @dataclass

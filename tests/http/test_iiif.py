@@ -14,7 +14,7 @@ from PIL import Image
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.keys import create_key
 from imagesvc.storage.local import LocalStore
-from imagesvc.tools.iiif import CACHE_PREFIX
+from imagesvc.tools.iiif_cache import CACHE_PREFIX
 
 SLUG = "demo-speculum-fornacum"
 
