@@ -10,7 +10,14 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.library import build_library
-from tests.servers import S3Server, ServerUnavailable, start_ceph_rgw, start_moto, start_redis
+from tests.servers import (
+    S3Server,
+    ServerUnavailable,
+    start_ceph_rgw,
+    start_moto,
+    start_redis,
+    start_redis_cluster_node,
+)
 
 T = TypeVar("T")
 
@@ -52,6 +59,13 @@ def ceph_rgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 def redis_server() -> Iterator[str]:
     """URL of a throw-away Redis (``redis://127.0.0.1:PORT/0``), empty at session start."""
     yield from _serve(start_redis)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a one-node Redis Cluster holding every slot (cross-slot commands and scripts are refused)."""
+    workdir: Path = tmp_path_factory.mktemp("redis-cluster")
+    yield from _serve(lambda: start_redis_cluster_node(workdir))
 
 
 # ---- end of real servers ----

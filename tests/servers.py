@@ -92,22 +92,29 @@ def start_ceph_rgw(workdir: Path, *, timeout: float = 120.0) -> tuple[S3Server, 
     return S3Server("ceph", f"http://127.0.0.1:{port}", access, secret), stop
 
 
+def _redis_command(port: int, line: bytes) -> bytes:
+    """One inline command to a local Redis; its raw reply (the first 4 KiB)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+        sock.sendall(line)
+        return sock.recv(4096)
+
+
 def _redis_ping(port: int) -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
+        return _redis_command(port, b"PING\r\n").startswith(b"+PONG")
     except OSError:
         return False
 
 
-def start_redis(*, timeout: float = 10.0) -> tuple[str, Stop]:
-    """A throw-away ``redis-server`` on a free loopback port, persisting nothing; returns its URL and a stop."""
+def start_redis(*, timeout: float = 10.0, extra: tuple[str, ...] = (), port: int | None = None) -> tuple[str, Stop]:
+    """A throw-away ``redis-server`` on a free loopback port, persisting nothing; returns its URL and a stop.
+
+    ``extra`` adds server arguments and ``port`` picks the port (``start_redis_cluster_node`` uses both)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise ServerUnavailable("redis-server is not installed (scripts/install-system-deps.sh installs it)")
-    port = free_port()
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    port = port or free_port()
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *extra]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     def stop() -> None:
@@ -129,3 +136,37 @@ def start_redis(*, timeout: float = 10.0) -> tuple[str, Stop]:
             raise ServerUnavailable(f"redis-server did not answer on port {port}:\n{output}")
         time.sleep(0.05)
     return f"redis://127.0.0.1:{port}/0", stop
+
+
+def _cluster_port() -> int:
+    """A free port at most 55535 whose cluster-bus port (10,000 higher) is free too, as a cluster node needs."""
+    for _ in range(200):
+        port = free_port()
+        if port <= 55535:
+            try:
+                with socket.socket() as bus:
+                    bus.bind(("127.0.0.1", port + 10_000))
+            except OSError:
+                continue
+            return port
+    raise ServerUnavailable("no free port pair (p, p + 10000) at or below 55535 for a Redis Cluster node")
+
+
+def start_redis_cluster_node(workdir: Path, *, timeout: float = 10.0) -> tuple[str, Stop]:
+    """A one-node Redis Cluster holding every hash slot: like any cluster, it refuses a command or script whose keys
+    lie in different slots. Returns its URL (for a plain client) and a stop."""
+    port = _cluster_port()
+    cluster = ("--cluster-enabled", "yes", "--cluster-config-file", str(workdir / "nodes.conf"))
+    url, stop = start_redis(timeout=timeout, extra=cluster, port=port)
+    try:
+        if not _redis_command(port, b"CLUSTER ADDSLOTSRANGE 0 16383\r\n").startswith(b"+OK"):
+            raise ServerUnavailable("redis-server refused CLUSTER ADDSLOTSRANGE (cluster commands need Redis 7)")
+        deadline = time.monotonic() + timeout
+        while b"cluster_state:ok" not in _redis_command(port, b"CLUSTER INFO\r\n"):
+            if time.monotonic() > deadline:
+                raise ServerUnavailable(f"the one-node Redis Cluster on port {port} never reached cluster_state:ok")
+            time.sleep(0.05)
+    except BaseException:
+        stop()
+        raise
+    return url, stop

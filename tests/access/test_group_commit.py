@@ -4,20 +4,13 @@ reaches every caller whose record it held."""
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-import subprocess
-import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from imagesvc.access import AccessUnavailable
 from imagesvc.access.group import GroupCommit, MeterRecord
 from imagesvc.access.redis import RedisAccess
-from tests.access.conftest import MakeAccess, free_port
+from tests.access.conftest import MakeAccess
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00 UTC
 DAY = 86_400
@@ -125,49 +118,8 @@ async def test_a_cancelled_writer_never_leaves_a_caller_waiting(started: bool) -
     assert group._writer is None
 
 
-@pytest.fixture
-def cluster_node(tmp_path: Path) -> Iterator[str]:
-    """A one-node Redis Cluster holding every slot: it refuses any command or script whose keys span slots."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("redis-server is not installed (apt-get install redis-server)")
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    port = free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmp_path,
-         "--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / "nodes.conf")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-
-    def command(line: bytes) -> bytes:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(line)
-            return sock.recv(4096)
-
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            if command(b"PING\r\n").startswith(b"+PONG"):
-                break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"redis-server (cluster mode) did not answer PING on port {port}")
-        time.sleep(0.05)
-    try:
-        assert command(b"CLUSTER ADDSLOTSRANGE 0 16383\r\n").startswith(b"+OK")
-        while b"cluster_state:ok" not in command(b"CLUSTER INFO\r\n"):
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-async def test_a_batch_touches_one_hash_slot_per_script_call(cluster_node: str) -> None:
-    access = RedisAccess(cluster_node)
+async def test_a_batch_touches_one_hash_slot_per_script_call(redis_cluster_node: str) -> None:
+    access = RedisAccess(redis_cluster_node)
     try:
         subjects = [f"key:{name}" for name in "abcdefgh"]  # eight subjects: eight hash slots
         await asyncio.gather(*(access.record(s, "images", 1, T0) for s in subjects for _ in range(5)))
