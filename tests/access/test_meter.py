@@ -11,7 +11,8 @@ from imagesvc.access.redis import RedisAccess
 from imagesvc.access.sqlite import SqliteAccess
 from imagesvc.errors import Unavailable
 from imagesvc.settings import load_settings
-from tests.access.conftest import MakeAccess, free_port
+from tests.access.conftest import MakeAccess
+from tests.servers import free_port
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00 UTC
 DAY = 86_400
@@ -61,9 +62,9 @@ async def test_unusable_sqlite_file_is_unavailable(tmp_path: Path) -> None:
         await access.close()
 
 
-async def test_settings_pick_the_backend(tmp_path: Path, access_redis_url: str) -> None:
+async def test_settings_pick_the_backend(tmp_path: Path, redis_server: str) -> None:
     local = make_access(load_settings({}, data_dir=tmp_path))
-    shared = make_access(load_settings({"IMAGESVC_ACCESS_BACKEND": "redis", "IMAGESVC_REDIS_URL": access_redis_url}))
+    shared = make_access(load_settings({"IMAGESVC_ACCESS_BACKEND": "redis", "IMAGESVC_REDIS_URL": redis_server}))
     try:
         assert isinstance(local, SqliteAccess) and local.path == tmp_path / "access.sqlite3"
         assert isinstance(shared, RedisAccess)
