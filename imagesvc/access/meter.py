@@ -24,6 +24,7 @@ class Meter:
     reservations: list[Reservation] = field(default_factory=list)
     states: dict[str, PoolState] = field(default_factory=dict)
     uncapped: dict[str, int] = field(default_factory=dict)  # units of uncapped pools, metered once delivered
+    delivers: bool = True  # False for a HEAD: reservations check the pool and count nothing
 
     async def reserve(self, pool: str, units: int, *, allow_partial: bool = False) -> int:
         """Hold ``units`` of ``pool`` (fewer with ``allow_partial``); returns the units granted.
@@ -33,6 +34,8 @@ class Meter:
         """
         allowance = self.caller.allowance
         limit = allowance.budget(pool)
+        if not self.delivers:
+            return await self._check(pool, units, allow_partial)
         if limit is None:
             # Nothing to hold back for an uncapped pool (paid tiers, exempt callers): skip the reservation round trip
             # and only meter what is delivered, when the meter settles.
@@ -56,14 +59,16 @@ class Meter:
         self.states.setdefault(pool, state)
         return state
 
-    async def require(self, pool: str, units: int = 1) -> PoolState:
-        """For a HEAD, which delivers nothing: count nothing, but raise the ``RateLimited`` that reserving ``units``
-        would raise, so that HEAD answers as GET would. Returns the pool's state."""
+    async def _check(self, pool: str, units: int, allow_partial: bool) -> int:
+        """A reservation that delivers nothing (HEAD): count nothing, but raise the ``RateLimited`` a real one would
+        raise, so that HEAD answers as GET would. Returns the units a real one would grant."""
         state = await self.state(pool)
-        if state.limit is not None and (state.remaining or 0) < units:
-            denied = Denied(state.used, state.limit, state.reset_seconds)
-            raise rate_limited(self.caller.allowance, pool, denied)
-        return state
+        if state.limit is None or state.remaining is None:
+            return units
+        granted = min(units, state.remaining)
+        if granted < (1 if allow_partial else units):
+            raise rate_limited(self.caller.allowance, pool, Denied(state.used, state.limit, state.reset_seconds))
+        return granted
 
     def adopt(self, other: Meter) -> None:
         """Take over another meter's unsettled holdings (one tool call's meter joining its request's)."""

@@ -85,9 +85,7 @@ async def image(request: web.Request) -> web.StreamResponse:
     width, height = plan.output_size
     salt = f"{call.caller.subject}|{dt.datetime.now(dt.UTC).date()}|{source.identifier}|{plan.canonical}"
     units = charge_units(width * height, services.settings.display_size, services.colophon_secret, salt)
-    if units and request.method == "HEAD":
-        await call.meter.require("images", units)  # nothing delivered, nothing spent; a 429 where GET would get one
-    elif units:
+    if units:
         await call.meter.reserve("images", units)
     body = await produce(services, runtime, source, plan, etag.split("-")[0])
     if xmp:
