@@ -1,10 +1,10 @@
-"""/image throughput and latency against nginx serving the same file, in one run, on loopback, measured with wrk.
+"""/api/image throughput and latency against nginx serving the same file, in one run, on loopback, measured with wrk.
 
 Run: ``.venv/bin/python benchmarks/image_serving.py [--seconds 10] [--connections 8] [--rounds 3]``.
 
 It generates and ingests the demo library into a temporary data dir and starts nginx (one worker) and one ``imagesvc
 serve`` process per configuration (each target is served by a single process) on free loopback ports. wrk then
-loads (a) nginx serving the marked display file, (b) /img/ (the embedded image host), (c) /image?...&tier=display
+loads (a) nginx serving the marked display file, (b) /img/ (the embedded image host), (c) /api/image?...&tier=display
 for an exempt-but-metered caller (every delivery identifies the caller, looks the page up in the catalog and is
 metered in SQLite), (d) the same with Redis as the access backend, and (e) the SQLite setup with the in-memory cache
 of public tiers turned off, as for a page nobody asked for lately. The targets take turns, ``--rounds`` times, so a
@@ -111,13 +111,13 @@ def main() -> None:
             procs.append(
                 _serve(data, redis_port, {"IMAGESVC_ACCESS_BACKEND": "redis", "IMAGESVC_REDIS_URL": redis_url})
             )
-            book = urllib.request.urlopen(f"http://127.0.0.1:{app_port}/books/{BOOK}").read().decode()
+            book = urllib.request.urlopen(f"http://127.0.0.1:{app_port}/api/books/{BOOK}").read().decode()
             display_url = re.search(r'"image_display": "([^"]+)"', book).group(1)  # type: ignore[union-attr]
             relative = display_url.split("/img/", 1)[1]
             procs.append(_nginx(data / "store" / "pub", nginx_port, work))
             _wait(f"http://127.0.0.1:{nginx_port}/{relative}")
             agent = {"User-Agent": "bench Claude-User/1.0"}  # exempt (configured network) but metered
-            image_path = f"/image?book={BOOK}&page={PAGE}&tier=display"
+            image_path = f"/api/image?book={BOOK}&page={PAGE}&tier=display"
             targets = [
                 ("nginx, static file", f"http://127.0.0.1:{nginx_port}/{relative}", {}),
                 ("imagesvc /img/ (embedded image host)", f"http://127.0.0.1:{app_port}/img/{relative}", {}),

@@ -108,16 +108,16 @@ async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str,
 
 async def _discover(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
     """Book slugs, pages with an image, pages with text, and illustration ids, as the service lists them."""
-    books = (await _get_json(session, f"{url}/books?limit=100", ASSISTANT))["books"]
+    books = (await _get_json(session, f"{url}/api/books?limit=100", ASSISTANT))["books"]
     pages, texts, illus = [], [], []
     for book in books:
-        detail = await _get_json(session, f"{url}/books/{book['slug']}", ASSISTANT)
+        detail = await _get_json(session, f"{url}/api/books/{book['slug']}", ASSISTANT)
         for page in detail["pages"]:
             entry = (book["slug"], book["id"], page["number"])
             texts.append(entry)
             if not page.get("image_unavailable"):
                 pages.append(entry)
-        images = await _get_json(session, f"{url}/books/{book['slug']}/images", ASSISTANT)
+        images = await _get_json(session, f"{url}/api/books/{book['slug']}/images", ASSISTANT)
         illus += [item["id"] for item in images.get("images", images.get("items", []))]
     return {"slugs": [b["slug"] for b in books], "pages": pages, "texts": texts, "illus": illus}
 
@@ -129,7 +129,7 @@ def _scenarios(lib: dict[str, Any], c: dict[str, Caller]) -> list[tuple[str, Cal
     def image(tier: str, clean: bool = False) -> Any:
         def make() -> tuple[str, str, Any, set[int]]:
             slug, _, n = rnd(pg)
-            return "GET", f"/image?book={slug}&page={n}&tier={tier}" + ("&clean=1" if clean else ""), None, {200}
+            return "GET", f"/api/image?book={slug}&page={n}&tier={tier}" + ("&clean=1" if clean else ""), None, {200}
 
         return make
 
@@ -150,15 +150,15 @@ def _scenarios(lib: dict[str, Any], c: dict[str, Caller]) -> list[tuple[str, Cal
             ]
         )
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}}
-        return "POST", "/mcp", body, {200}
+        return "POST", "/api/mcp", body, {200}
 
     def get(path: Any, expect: set[int] = frozenset({200})) -> Any:  # type: ignore[assignment]
         return lambda: ("GET", path() if callable(path) else path, None, set(expect))
 
-    book = get(lambda: f"/books/{rnd(lib['slugs'])}")
-    quote = get(lambda: "/books/{}/quote?page={}".format(*rnd(tx)[::2]))
-    text = get(lambda: f"/books/{rnd(lib['slugs'])}/text?content=ocr&from=1&to=3")
-    gallery = get(lambda: f"/gallery?q={rnd(WORDS)}&limit=12")
+    book = get(lambda: f"/api/books/{rnd(lib['slugs'])}")
+    quote = get(lambda: "/api/books/{}/quote?page={}".format(*rnd(tx)[::2]))
+    text = get(lambda: f"/api/books/{rnd(lib['slugs'])}/text?content=ocr&from=1&to=3")
+    gallery = get(lambda: f"/api/gallery?q={rnd(WORDS)}&limit=12")
     info = get(lambda: "/iiif/3/{}-{}/info.json".format(*rnd(pg)[1:]))
     a, anon = c["assistant"], [c["anon-1"], c["anon-2"], c["anon-3"]]
     rows = [
@@ -169,7 +169,7 @@ def _scenarios(lib: dict[str, Any], c: dict[str, Caller]) -> list[tuple[str, Cal
         ("image display", c["full"], 3, image("display")),
         ("image thumb", c["full"], 3, image("thumb")),
         ("image clean", c["full"], 3, image("display", clean=True)),
-        ("illustration image", a, 3, get(lambda: f"/image?illustration={rnd(lib['illus'])}&tier=thumb")),
+        ("illustration image", a, 3, get(lambda: f"/api/image?illustration={rnd(lib['illus'])}&tier=thumb")),
         ("quote", c["free-1"], 1, quote),
         ("text", c["free-2"], 1, text),
         ("quote", c["free-3"], 1, quote),
@@ -180,13 +180,13 @@ def _scenarios(lib: dict[str, Any], c: dict[str, Caller]) -> list[tuple[str, Cal
         ("iiif tile", c["enterprise"], 3, tile),
         ("mcp", a, 4, mcp),
         ("mcp", c["domain"], 2, mcp),
-        ("rate_limit", a, 2, get("/rate_limit")),
-        ("404 on purpose", a, 1, get("/books/no-such-book", {404})),
-        ("404 on purpose", a, 1, get("/image?book=no-such-book&page=1&tier=thumb", {404})),
-        ("400 on purpose", a, 1, get(lambda: f"/image?book={rnd(lib['slugs'])}&page=abc&tier=thumb", {400})),
-        ("400 on purpose", a, 1, get("/gallery?limit=-5", {400})),
+        ("rate_limit", a, 2, get("/api/rate_limit")),
+        ("404 on purpose", a, 1, get("/api/books/no-such-book", {404})),
+        ("404 on purpose", a, 1, get("/api/image?book=no-such-book&page=1&tier=thumb", {404})),
+        ("400 on purpose", a, 1, get(lambda: f"/api/image?book={rnd(lib['slugs'])}&page=abc&tier=thumb", {400})),
+        ("400 on purpose", a, 1, get("/api/gallery?limit=-5", {400})),
     ]
-    rows += [("anonymous", who, 0.5, get("/books?limit=5")) for who in anon]
+    rows += [("anonymous", who, 0.5, get("/api/books?limit=5")) for who in anon]
     return rows
 
 
@@ -285,7 +285,7 @@ async def _checks(nodes: list[str], stats: Stats, callers: dict[str, Caller]) ->
                 print(f"- node {'ab'[i]} /health after the run: NO ANSWER ({type(exc).__name__})")
                 return
         await asyncio.sleep(2)  # a delivery is metered as its response completes
-        usage = await _get_json(session, f"{nodes[0]}/dataset/v1/usage?days=2", callers["full"].headers)
+        usage = await _get_json(session, f"{nodes[0]}/api/dataset/v1/usage?days=2", callers["full"].headers)
         metered = sum(row["units"] for row in usage["usage"] if row["pool"] == "images")
         delivered = stats.by_caller["full"]["200"]
         print(

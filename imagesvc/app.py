@@ -91,5 +91,5 @@ def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Applica
             pool.shutdown(wait=False, cancel_futures=True)
 
     app.cleanup_ctx.append(iiif_ctx)
-    add_routes(app)
+    add_routes(app, settings.base_path)
     return app

@@ -19,7 +19,7 @@ import aiohttp
 
 __all__ = ["DEFAULT_URL", "ClientError", "build_tool_parser", "main", "render", "rpc"]
 
-DEFAULT_URL = "http://127.0.0.1:8080/mcp"
+DEFAULT_URL = "http://127.0.0.1:8080/api/mcp"
 _ids = itertools.count(1)
 
 

@@ -60,6 +60,13 @@ def _url(raw: str) -> str:
     return value
 
 
+def _base_path(raw: str) -> str:
+    value = raw.strip().rstrip("/")
+    if value and (not value.startswith("/") or "//" in value or any(c in value for c in "?#{} ")):
+        raise ValueError("expected a URL path such as /api (or empty for the site root)")
+    return value
+
+
 def _choice(*options: str) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         value = raw.strip().lower()
@@ -97,6 +104,11 @@ class Settings:
     host: str = _opt("127.0.0.1", "Address the HTTP server binds to.", str)
     port: int = _opt(8080, "Port the HTTP server listens on.", _port)
     site_url: str = _opt("", "Public site address used in citation URLs (empty: http://HOST:PORT).", _url)
+    base_path: str = _opt(
+        "/api",
+        "URL path under which the REST routes and /mcp are served (the spec's {base_url}; empty: the root).",
+        _base_path,
+    )
     image_host: str = _opt(
         "", "Public base URL of the image host. Empty: the app's own /img/ (local storage only).", _url
     )

@@ -24,7 +24,7 @@ async def mcp_url(demo_library: dict, tmp_path: Path) -> AsyncIterator[str]:
     data = copy_library(demo_library["data"], tmp_path / "data")
     server = TestServer(build_app(settings_for(data)), host="127.0.0.1")
     await server.start_server()
-    yield str(server.make_url("/mcp"))
+    yield str(server.make_url("/api/mcp"))
     await server.close()
 
 

@@ -97,25 +97,25 @@ async def test_s3_down_gives_503_and_recovers(
     broken = demo_library["manifest"].parent / "broken" / "broken-manifest.json"
     await asyncio.to_thread(run_ingest, broken, settings, S3Store(config))
     client: TestClient = await aiohttp_client(build_app(settings))
-    resp = await client.get("/image", params=GOOD_PAGE)
+    resp = await client.get("/api/image", params=GOOD_PAGE)
     assert resp.status == 200
     image = await resp.read()
     unread = {**GOOD_PAGE, "tier": "display"}  # never delivered yet, so not held in memory
 
     moto.stop()
-    kept = await client.get("/image", params=GOOD_PAGE)  # a public tier delivered before is still served
+    kept = await client.get("/api/image", params=GOOD_PAGE)  # a public tier delivered before is still served
     assert kept.status == 200 and await kept.read() == image
     started = time.monotonic()
-    await assert_unavailable(await client.get("/image", params=unread))
+    await assert_unavailable(await client.get("/api/image", params=unread))
     assert time.monotonic() - started < 15  # bounded retries: a dead store fails fast, it does not hang
     health = await client.get("/health")
     assert health.status == 503 and (await health.json())["status"] == "degraded"
-    assert (await client.get("/books")).status == 200  # what needs no store still works: the process is up
+    assert (await client.get("/api/books")).status == 200  # what needs no store still works: the process is up
 
     moto.restart()
 
     async def serves() -> bool:
-        resp = await client.get("/image", params=unread)
+        resp = await client.get("/api/image", params=unread)
         return resp.status == 200 and (await resp.read()).startswith(b"\xff\xd8")
 
     assert await eventually(serves, 10) < 10
@@ -177,20 +177,20 @@ async def test_redis_down_delivers_nothing_and_recovers(
     client: TestClient = await aiohttp_client(
         build_app(settings_for(data, access_backend="redis", redis_url=redis.url))
     )
-    clean = await client.get("/image", params={**DEMO_PAGE, "clean": "1"}, headers=full)
+    clean = await client.get("/api/image", params={**DEMO_PAGE, "clean": "1"}, headers=full)
     assert clean.status == 200 and clean.content_type == "image/jpeg"
 
     redis.stop()
     # Budgets and request limits cannot be enforced: nothing that is metered is delivered, marked or clean.
-    await assert_unavailable(await client.get("/image", params={**DEMO_PAGE, "clean": "1"}, headers=full))
-    await assert_unavailable(await client.get("/image", params=DEMO_PAGE))
-    await assert_unavailable(await client.get("/books"))
+    await assert_unavailable(await client.get("/api/image", params={**DEMO_PAGE, "clean": "1"}, headers=full))
+    await assert_unavailable(await client.get("/api/image", params=DEMO_PAGE))
+    await assert_unavailable(await client.get("/api/books"))
 
     redis.start()
 
     async def serves() -> bool:
-        resp = await client.get("/image", params={**DEMO_PAGE, "clean": "1"}, headers=full)
+        resp = await client.get("/api/image", params={**DEMO_PAGE, "clean": "1"}, headers=full)
         return resp.status == 200 and resp.content_type == "image/jpeg"
 
     assert await eventually(serves, 10) < 10
-    assert (await client.get("/books")).status == 200
+    assert (await client.get("/api/books")).status == 200

@@ -116,7 +116,7 @@ async def test_budgets_and_request_limits_are_exact_across_two_processes(cluster
             await node.ready(session)
         user = f"reader-{time.time_ns()}"
         auth = {"Authorization": f"Bearer {sign_session(user, int(time.time()) + 3600, 'test-secret')}"}
-        async with session.get(f"{nodes[0].url}/rate_limit", headers=auth) as resp:
+        async with session.get(f"{nodes[0].url}/api/rate_limit", headers=auth) as resp:
             limit = (await resp.json())["pools"]["images"]["limit"]
         access = RedisAccess(cluster["redis"])
         held = await access.reserve(f"user:{user}", "images", limit - 40, limit)  # 40 images left today
@@ -124,7 +124,7 @@ async def test_budgets_and_request_limits_are_exact_across_two_processes(cluster
         await access.close()
 
         async def image(i: int) -> int:
-            async with session.get(f"{nodes[i % 2].url}/image", params=PAGE, headers=auth) as resp:
+            async with session.get(f"{nodes[i % 2].url}/api/image", params=PAGE, headers=auth) as resp:
                 await resp.read()
                 return resp.status
 
@@ -134,7 +134,7 @@ async def test_budgets_and_request_limits_are_exact_across_two_processes(cluster
         address = {"X-Forwarded-For": f"203.0.113.{time.time_ns() % 250 + 1}"}  # anonymous: 60 requests an hour
 
         async def listing(i: int) -> int:
-            async with session.get(f"{nodes[i % 2].url}/books", headers=address) as resp:
+            async with session.get(f"{nodes[i % 2].url}/api/books", headers=address) as resp:
                 await resp.read()
                 return resp.status
 
@@ -153,7 +153,7 @@ async def test_a_snapshot_published_while_serving_reaches_both_without_a_failed_
 
     async def load(session: aiohttp.ClientSession, which: int) -> None:
         while publishing or seen[which][-1] != 2:
-            async with session.get(f"{nodes[which].url}/books", headers=auth) as resp:
+            async with session.get(f"{nodes[which].url}/api/books", headers=auth) as resp:
                 body = await resp.json()
                 if resp.status != 200:
                     failures.append(f"node {which}: {resp.status} {body}")

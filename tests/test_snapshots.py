@@ -49,7 +49,7 @@ def publish(publisher: Path) -> dict[str, Any]:
 
 
 async def book_total(client: TestClient) -> int:
-    resp = await client.get("/books")
+    resp = await client.get("/api/books")
     assert resp.status == 200
     return int((await resp.json())["total"])
 
@@ -105,12 +105,12 @@ async def test_node_serves_the_snapshot_and_switches_to_a_new_one(
     key, _ = create_key(catalog, "full", "snapshot test")
     catalog.close()
     auth = {"Authorization": f"Bearer {key}"}
-    assert (await client.get("/books", headers=auth)).status == 401
+    assert (await client.get("/api/books", headers=auth)).status == 401
     await asyncio.to_thread(publish, publisher)
     assert await follower.check()
     assert follower.version > first
     assert await book_total(client) == 5
-    assert (await client.get("/books", headers=auth)).status == 200
+    assert (await client.get("/api/books", headers=auth)).status == 200
     assert [p.name for p in (node / "snapshots").iterdir()] == [follower.version]  # the old folder is gone
     assert not await follower.check()  # nothing newer: nothing pulled
 

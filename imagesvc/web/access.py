@@ -14,22 +14,38 @@ from aiohttp import web
 from imagesvc.access import Allowed
 from imagesvc.access.headers import rate_headers, rate_limited
 from imagesvc.access.meter import Meter
-from imagesvc.web.keys import ACCESS, CALLER, IDENTIFIER, METER, RATE_HEADERS, REQUEST_DENIED
+from imagesvc.web.keys import ACCESS, CALLER, IDENTIFIER, METER, RATE_HEADERS, REQUEST_DENIED, SERVICES
 
-__all__ = ["UNCOUNTED_PATHS", "access_middleware"]
+__all__ = ["UNCOUNTED_API_PATHS", "UNCOUNTED_SITE_PATHS", "access_middleware"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Free routes: they count against nothing (the quota endpoint must not spend what it reports).
-UNCOUNTED_PATHS = frozenset({"/health", "/rate_limit", "/openapi.json", "/llms.txt", "/metrics"})
+UNCOUNTED_SITE_PATHS = frozenset({"/health", "/llms.txt", "/metrics"})
+UNCOUNTED_API_PATHS = frozenset({"/rate_limit", "/openapi.json"})  # under the base path
 
 # Deep zoom asks for dozens of tiles a screen: IIIF requests are not held to the request limit; each one is charged
 # to the image budget by the pixel area it delivers instead (docs/iiif.md), which bounds what a caller can take.
 BUDGET_ONLY_PREFIXES = ("/iiif/",)
 
 
+def api_path(request: web.Request) -> str | None:
+    """The request's path relative to the REST base path, or None when it is a site-root path."""
+    base = request.app[SERVICES].settings.base_path
+    path = request.path
+    if not base:
+        return path
+    return path[len(base) :] if path.startswith(base + "/") else None
+
+
 def _uncounted(request: web.Request) -> bool:
-    return request.method == "OPTIONS" or request.path in UNCOUNTED_PATHS or request.path.startswith("/img/")
+    path = request.path
+    return (
+        request.method == "OPTIONS"
+        or path in UNCOUNTED_SITE_PATHS
+        or path.startswith("/img/")
+        or api_path(request) in UNCOUNTED_API_PATHS
+    )
 
 
 @web.middleware
@@ -44,7 +60,7 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     request[CALLER] = caller
     if not isinstance(hit, Allowed):
         denied = rate_limited(allowance, "requests", hit)
-        if request.path != "/mcp" or request.method != "POST":
+        if api_path(request) != "/mcp" or request.method != "POST":
             raise denied
         # MCP clients turn HTTP errors into opaque failures: /mcp still answers, and each tool call in it reports
         # this denial as an isError result (protocol methods such as initialize deliver nothing and stay answered).

@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc import __version__, tools
+from imagesvc.web.keys import SERVICES
 
 __all__ = [
     "ROUTE_DOCS",
@@ -173,11 +174,16 @@ def _operation(method: str, path: str, handler: Any) -> dict[str, Any]:
     return operation
 
 
-def openapi_document(routes: Any, base_url: str = "") -> dict[str, Any]:
-    """The OpenAPI 3.1 document of ``routes`` (``(method, path, handler)`` rows); HEAD is implied by GET."""
+def openapi_document(routes: Any, base_url: str = "", base_path: str = "") -> dict[str, Any]:
+    """The OpenAPI 3.1 document of ``routes`` (``Route`` rows, REST ones under ``base_path``); HEAD is implied by GET.
+
+    Paths are written whole (``/api/books``, ``/iiif/3/...``) against a server at the site root, since the REST routes
+    and the site-root routes (IIIF, /img/, /llms.txt) share one document.
+    """
     paths: dict[str, dict[str, Any]] = {}
-    for method, path, handler in routes:
-        paths.setdefault(openapi_path(path), {})[method.lower()] = _operation(method, path, handler)
+    for route in routes:
+        operation = _operation(route.method, route.path, route.handler)
+        paths.setdefault(openapi_path(route.full_path(base_path)), {})[route.method.lower()] = operation
     error = {
         "type": "object",
         "required": ["error", "message", "recovery"],
@@ -206,12 +212,13 @@ def openapi_document(routes: Any, base_url: str = "") -> dict[str, Any]:
 async def openapi(request: web.Request) -> web.Response:
     from imagesvc.web.routes import ROUTES  # the table imports this module
 
-    return web.json_response(openapi_document(ROUTES, str(request.url.origin())))
+    base_path = request.app[SERVICES].settings.base_path
+    return web.json_response(openapi_document(ROUTES, str(request.url.origin()), base_path))
 
 
 async def llms_txt(request: web.Request) -> web.Response:
     from imagesvc.web.llms import llms_document
     from imagesvc.web.routes import ROUTES
 
-    text = llms_document(ROUTES, str(request.url.origin()))
+    text = llms_document(ROUTES, str(request.url.origin()), request.app[SERVICES].settings.base_path)
     return web.Response(text=text, content_type="text/plain", charset="utf-8")

@@ -72,11 +72,12 @@ def _tool_section(spec: tools.Tool) -> list[str]:
     return lines
 
 
-def _route_section(routes: Any) -> list[str]:
+def _route_section(routes: Any, base_path: str) -> list[str]:
     lines: list[str] = []
-    for method, path, handler in routes:
-        doc = route_doc(method, path, handler)
-        lines.append(f"- {method} {openapi_path(path)}: {doc.summary}")
+    for route in routes:
+        method, path = route.method, route.path
+        doc = route_doc(method, path, route.handler)
+        lines.append(f"- {method} {openapi_path(route.full_path(base_path))}: {doc.summary}")
         if doc.tool:
             lines.append(f"  Same as the {doc.tool} tool.")
         params = [p for p in route_parameters(openapi_path(path), doc) if p["in"] == "query"]
@@ -99,8 +100,9 @@ def _errors_section() -> list[str]:
     return lines
 
 
-def llms_document(routes: Any, base_url: str) -> str:
-    """The complete plain-text documentation for a service reached at ``base_url``."""
+def llms_document(routes: Any, origin: str, base_path: str = "") -> str:
+    """The complete plain-text documentation for a service at ``origin`` with its REST API under ``base_path``."""
+    base_url = origin + base_path
     registry = tools.load_all()
     classes = [f"- {c.describe()}." for c in sorted(CLASSES.values(), key=lambda c: c.rank)]
     lines = [
@@ -110,7 +112,8 @@ def llms_document(routes: Any, base_url: str) -> str:
         "> page text and quotations with citations, illustrations. The same tools are offered three ways: an MCP",
         "> server (JSON-RPC 2.0 over HTTP), a REST API, and the `imagesvc` command line client.",
         "",
-        f"Base URL: {base_url}",
+        f"Base URL: {base_url} (the REST routes and /mcp below are relative to it). Site root: {origin} (this file,",
+        "IIIF under /iiif/3/, public image tiers under /img/, /health and /metrics).",
         "",
         "## Authentication",
         "",
@@ -135,9 +138,9 @@ def llms_document(routes: Any, base_url: str) -> str:
         "## MCP endpoint",
         "",
         f"POST {base_url}/mcp with Content-Type: application/json. Stateless: answers are plain JSON, no session id,",
-        "no event stream (GET and DELETE answer 405). Methods: initialize (protocol versions 2025-11-25, 2025-06-18,",
-        "2025-03-26), ping, tools/list, tools/call; a JSON array is a batch. Image results add small thumbnails as",
-        "image content. Example:",
+        "no event stream (GET answers 405; DELETE answers 204, as there is no session to end). Methods: initialize",
+        "(protocol versions 2025-11-25, 2025-06-18, 2025-03-26), ping, tools/list, tools/call; a JSON array is a",
+        "batch. Image results add small thumbnails as image content. Example:",
         f"curl -s {base_url}/mcp -H 'Content-Type: application/json' "
         """-d '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'""",
         "",
@@ -146,8 +149,8 @@ def llms_document(routes: Any, base_url: str) -> str:
     ]
     for name in sorted(registry):
         lines += _tool_section(registry[name])
-    lines += ["## REST routes", "", "All paths are relative to the base URL. OpenAPI 3.1: /openapi.json.", ""]
-    lines += _route_section(routes)
+    lines += ["## Routes", "", f"Paths as served from the site root. OpenAPI 3.1: {base_url}/openapi.json.", ""]
+    lines += _route_section(routes, base_path)
     lines += [
         "",
         "## Command line",

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from imagesvc.errors import ImagesvcError, InternalError, MethodNotAllowed, NotFound
-from imagesvc.web.keys import RATE_HEADERS, REQUEST_ID
+from imagesvc.web.keys import RATE_HEADERS, REQUEST_ID, SERVICES
 
 __all__ = ["CORS_HEADERS", "cors_middleware", "error_json", "error_middleware", "on_prepare"]
 
@@ -66,7 +66,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_json(
             NotFound(
                 f"There is no route {request.path!r}.",
-                recovery=["See /llms.txt or /openapi.json for the routes this service has."],
+                recovery=[
+                    "See /llms.txt or "
+                    f"{request.app[SERVICES].settings.base_path}/openapi.json for the routes this service has."
+                ],
             ),
             request_id,
         )

@@ -1,47 +1,75 @@
-"""Every HTTP route of imagesvc in one table."""
+"""Every HTTP route of imagesvc in one table, and where each is mounted.
+
+The REST routes and ``/mcp`` live under the base path (``IMAGESVC_BASE_PATH``, ``/api`` by default: the spec's
+``{base_url}``). ``/llms.txt``, IIIF, the embedded image host and the operator's ``/health`` and ``/metrics`` stay at
+the site root, where viewers, CDNs and probes expect them.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from aiohttp import web
 
 from imagesvc.web import docs, gallery, iiif, images, mcp, metrics, quota, rest, text
 
-__all__ = ["ROUTES", "add_routes"]
+__all__ = ["API", "ROUTES", "SITE", "Route", "add_routes", "mounted"]
 
-ROUTES: tuple[tuple[str, str, object], ...] = (
-    ("GET", "/health", rest.health),
-    ("GET", "/metrics", metrics.metrics),
-    ("GET", "/books", rest.books),
-    ("GET", "/books/{book_id}", rest.book),
-    ("GET", "/books/{book_id}/quote", text.quote),
-    ("GET", "/books/{book_id}/text", text.book_text),
-    ("GET", "/verify", text.verify),
-    ("GET", "/img/{path:.+}", rest.public_image),
-    ("GET", "/image", images.image),
-    ("GET", "/gallery", gallery.gallery),
-    ("GET", "/gallery/collections", gallery.collections),
-    ("GET", "/gallery/collections/{slug}", gallery.collection),
-    ("GET", "/gallery/images/{id}", gallery.image),
-    ("GET", "/books/{book_id}/images", gallery.book_images),
-    ("GET", "/vectors/{store}", gallery.vectors),
-    ("GET", "/rate_limit", quota.rate_limit),
-    ("GET", "/dataset/v1/usage", quota.usage),
-    ("POST", "/mcp", mcp.mcp_post),
-    ("GET", "/mcp", mcp.mcp_get),
-    ("DELETE", "/mcp", mcp.mcp_delete),
-    ("GET", "/iiif/3/manifest/{book_id}", iiif.manifest),
-    ("GET", "/iiif/3/collections", iiif.collections),
-    ("GET", "/iiif/3/collection/{slug}", iiif.collection),
-    ("GET", "/iiif/3/{identifier}", iiif.base_redirect),
-    ("GET", "/iiif/3/{identifier}/info.json", iiif.info),
-    ("GET", "/iiif/3/{identifier}/{region}/{size}/{rotation}/{quality_format}", iiif.image),
-    ("GET", "/openapi.json", docs.openapi),
-    ("GET", "/llms.txt", docs.llms_txt),
+API = "api"  # under the base path
+SITE = "site"  # at the site root
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # relative to its mount
+    handler: object
+    mount: str = API
+
+    def full_path(self, base_path: str) -> str:
+        """The path this route answers on for ``base_path`` (e.g. ``/api``)."""
+        return (base_path + self.path) if self.mount == API else self.path
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/health", rest.health, SITE),
+    Route("GET", "/metrics", metrics.metrics, SITE),
+    Route("GET", "/llms.txt", docs.llms_txt, SITE),
+    Route("GET", "/img/{path:.+}", rest.public_image, SITE),
+    Route("GET", "/iiif/3/manifest/{book_id}", iiif.manifest, SITE),
+    Route("GET", "/iiif/3/collections", iiif.collections, SITE),
+    Route("GET", "/iiif/3/collection/{slug}", iiif.collection, SITE),
+    Route("GET", "/iiif/3/{identifier}", iiif.base_redirect, SITE),
+    Route("GET", "/iiif/3/{identifier}/info.json", iiif.info, SITE),
+    Route("GET", "/iiif/3/{identifier}/{region}/{size}/{rotation}/{quality_format}", iiif.image, SITE),
+    Route("GET", "/books", rest.books),
+    Route("GET", "/books/{book_id}", rest.book),
+    Route("GET", "/books/{book_id}/quote", text.quote),
+    Route("GET", "/books/{book_id}/text", text.book_text),
+    Route("GET", "/verify", text.verify),
+    Route("GET", "/image", images.image),
+    Route("GET", "/gallery", gallery.gallery),
+    Route("GET", "/gallery/collections", gallery.collections),
+    Route("GET", "/gallery/collections/{slug}", gallery.collection),
+    Route("GET", "/gallery/images/{id}", gallery.image),
+    Route("GET", "/books/{book_id}/images", gallery.book_images),
+    Route("GET", "/vectors/{store}", gallery.vectors),
+    Route("GET", "/rate_limit", quota.rate_limit),
+    Route("GET", "/dataset/v1/usage", quota.usage),
+    Route("POST", "/mcp", mcp.mcp_post),
+    Route("GET", "/mcp", mcp.mcp_get),
+    Route("DELETE", "/mcp", mcp.mcp_delete),
+    Route("GET", "/openapi.json", docs.openapi),
 )
 
 
-def add_routes(app: web.Application) -> None:
-    for method, path, handler in ROUTES:
+def mounted(base_path: str) -> list[tuple[str, str, object]]:
+    """``(method, full path, handler)`` for every route, with API routes under ``base_path``."""
+    return [(route.method, route.full_path(base_path), route.handler) for route in ROUTES]
+
+
+def add_routes(app: web.Application, base_path: str) -> None:
+    for method, path, handler in mounted(base_path):
         if method == "GET":
             app.router.add_get(path, handler)  # type: ignore[arg-type]  # also answers HEAD
         else:

@@ -1,4 +1,4 @@
-"""Callers, budgets, request limits and their headers over HTTP: what a client of /image and friends sees."""
+"""Callers, budgets, request limits and their headers over HTTP: what a client of /api/image and friends sees."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ async def _consume(client: TestClient, subject: str, pool: str, units: int, limi
 
 
 async def test_anonymous_headers_state_both_limits(client: TestClient) -> None:
-    resp = await client.get("/image", params=THUMB)
+    resp = await client.get("/api/image", params=THUMB)
     assert resp.status == 200
     assert resp.headers["RateLimit-Policy"] == '"images";q=500;w=86400, "requests";q=60;w=3600'
     assert resp.headers["RateLimit"].startswith('"images";r=499, "requests";r=59')
@@ -51,21 +51,21 @@ async def test_exact_budget_under_a_concurrent_burst(client: TestClient, data_di
     headers = {"Authorization": f"Bearer {token}"}
 
     async def one() -> int:
-        async with client.get("/image", params=THUMB, headers=headers) as resp:
+        async with client.get("/api/image", params=THUMB, headers=headers) as resp:
             await resp.read()
             return resp.status
 
     statuses = await asyncio.gather(*(one() for _ in range(1000)))
     assert statuses.count(200) == 500
     assert statuses.count(429) == 500
-    quota = await (await client.get("/rate_limit", headers=headers)).json()
+    quota = await (await client.get("/api/rate_limit", headers=headers)).json()
     assert quota["pools"]["images"]["used"] == 1000
     assert quota["pools"]["images"]["remaining"] == 0
 
 
 async def test_exhausted_budget_is_429_with_consistent_retry_after(client: TestClient) -> None:
     await _consume(client, "ip:127.0.0.1", "images", 500, 500)
-    resp = await client.get("/image", params=THUMB)
+    resp = await client.get("/api/image", params=THUMB)
     body = await resp.json()
     assert resp.status == 429
     assert body["error"] == "rate_limited"
@@ -79,39 +79,39 @@ async def test_exhausted_budget_is_429_with_consistent_retry_after(client: TestC
 async def test_head_spends_nothing_and_answers_as_get_would(client: TestClient) -> None:
     await _consume(client, "ip:127.0.0.1", "images", 499, 500)
     for _ in range(3):
-        assert (await client.head("/image", params=THUMB)).status == 200
-    got = await client.get("/image", params=THUMB)  # the HEADs left the last unit for this GET
+        assert (await client.head("/api/image", params=THUMB)).status == 200
+    got = await client.get("/api/image", params=THUMB)  # the HEADs left the last unit for this GET
     assert got.status == 200
-    head, get = await client.head("/image", params=THUMB), await client.get("/image", params=THUMB)
+    head, get = await client.head("/api/image", params=THUMB), await client.get("/api/image", params=THUMB)
     assert head.status == get.status == 429
     assert abs(int(head.headers["Retry-After"]) - int(get.headers["Retry-After"])) <= 1  # asked a moment apart
 
 
 async def test_iiif_responses_state_no_request_limit(client: TestClient) -> None:
-    book = await (await client.get("/books/demo-speculum-fornacum")).json()
+    book = await (await client.get("/api/books/demo-speculum-fornacum")).json()
     for path in (f"/iiif/3/{book['id']}-1/info.json", f"/iiif/3/{book['id']}-1/full/max/0/default.jpg"):
         resp = await client.get(path)
         assert resp.status == 200
         # IIIF is charged to the image budget by area and counts no requests: never a misleading "requests";r=0
         assert '"requests"' not in resp.headers.get("RateLimit", "") + resp.headers.get("RateLimit-Policy", "")
-    assert (await client.get("/books")).headers["RateLimit"].endswith('"requests";r=58;t=3600')
+    assert (await client.get("/api/books")).headers["RateLimit"].endswith('"requests";r=58;t=3600')
 
 
 async def test_a_304_and_an_error_cost_nothing(client: TestClient) -> None:
-    first = await client.get("/image", params=THUMB)
+    first = await client.get("/api/image", params=THUMB)
     etag = first.headers["ETag"]
-    again = await client.get("/image", params=THUMB, headers={"If-None-Match": etag})
+    again = await client.get("/api/image", params=THUMB, headers={"If-None-Match": etag})
     assert again.status == 304
-    missing = await client.get("/image", params={**THUMB, "page": "999"})
+    missing = await client.get("/api/image", params={**THUMB, "page": "999"})
     assert missing.status == 404
-    quota = await (await client.get("/rate_limit")).json()
+    quota = await (await client.get("/api/rate_limit")).json()
     assert quota["pools"]["images"]["used"] == 1
     assert quota["pools"]["text"]["used"] == 0
 
 
 async def test_rate_limit_endpoint_counts_nothing(client: TestClient) -> None:
     for _ in range(70):
-        resp = await client.get("/rate_limit")
+        resp = await client.get("/api/rate_limit")
         assert resp.status == 200
     body = await resp.json()
     assert body["caller"]["class"] == "anonymous"
@@ -125,10 +125,10 @@ async def test_rate_limit_endpoint_counts_nothing(client: TestClient) -> None:
 
 
 async def test_anonymous_request_limit_is_60_an_hour(client: TestClient) -> None:
-    statuses = [(await client.get("/books")).status for _ in range(61)]
+    statuses = [(await client.get("/api/books")).status for _ in range(61)]
     assert statuses[:60] == [200] * 60
     assert statuses[60] == 429
-    resp = await client.get("/books")
+    resp = await client.get("/api/books")
     body = await resp.json()
     assert body["pool"] == "requests"
     assert body["limit"] == 60
@@ -144,45 +144,45 @@ async def test_unknown_revoked_and_expired_keys_are_401_never_anonymous(client: 
     revoke_key(catalog, revoked_id)
     catalog.close()
     for key, word in (("isk_00000000_" + "A" * 43, "not known"), (revoked, "revoked"), (expired, "expired")):
-        resp = await client.get("/image", params=THUMB, headers=_auth(key))
+        resp = await client.get("/api/image", params=THUMB, headers=_auth(key))
         body = await resp.json()
         assert resp.status == 401, key
         assert body["error"] == "unauthorized"
         assert word in body["message"]
-    resp = await client.get("/books", headers={"Authorization": "Basic dXNlcjpwYXNz"})
+    resp = await client.get("/api/books", headers={"Authorization": "Basic dXNlcjpwYXNz"})
     assert resp.status == 401
 
 
 async def test_session_tokens(client: TestClient) -> None:
     good = sign_session("u7", int(time.time()) + 60, "test-secret")
-    resp = await client.get("/rate_limit", headers=_auth(good))
+    resp = await client.get("/api/rate_limit", headers=_auth(good))
     assert (await resp.json())["caller"]["class"] == "signed_in"
     for token in (
         sign_session("u7", int(time.time()) + 60, "other-secret"),
         sign_session("u7", int(time.time()) - 1, "test-secret"),
         "sess.v1.garbage",
     ):
-        resp = await client.get("/books", headers=_auth(token))
+        resp = await client.get("/api/books", headers=_auth(token))
         assert resp.status == 401
-    resp = await client.get("/rate_limit", cookies={"imagesvc_session": good})
+    resp = await client.get("/api/rate_limit", cookies={"imagesvc_session": good})
     assert (await resp.json())["caller"]["class"] == "signed_in"
 
 
 async def test_keys_get_their_class(client: TestClient, data_dir: Path) -> None:
     free, _ = _key(data_dir, "free")
     enterprise, _ = _key(data_dir, "enterprise")
-    resp = await client.get("/image", params=THUMB, headers=_auth(free))
+    resp = await client.get("/api/image", params=THUMB, headers=_auth(free))
     assert resp.headers["RateLimit-Policy"] == '"images";q=2000;w=86400, "requests";q=60;w=60'
-    resp = await client.get("/image", params=THUMB, headers=_auth(enterprise))
+    resp = await client.get("/api/image", params=THUMB, headers=_auth(enterprise))
     assert resp.status == 200
     assert resp.headers["RateLimit-Policy"] == '"requests";q=1000;w=60'  # images uncapped: no quota to state
-    usage = await (await client.get("/dataset/v1/usage", headers=_auth(enterprise))).json()
+    usage = await (await client.get("/api/dataset/v1/usage", headers=_auth(enterprise))).json()
     images = [row for row in usage["usage"] if row["pool"] == "images"]
     assert images and images[-1]["units"] == 1
 
 
 async def test_usage_meter_needs_a_key(client: TestClient) -> None:
-    resp = await client.get("/dataset/v1/usage")
+    resp = await client.get("/api/dataset/v1/usage")
     assert resp.status == 401
     assert (await resp.json())["error"] == "unauthorized"
 
@@ -214,12 +214,12 @@ async def test_verified_crawler_is_never_limited_but_a_spoofed_one_is(aiohttp_cl
     client = await aiohttp_client(build_app(settings, resolver=resolver))
     bot = {"User-Agent": "Mozilla/5.0 (compatible; Googlebot/2.1)", "X-Forwarded-For": "66.249.66.1"}
     for _ in range(70):
-        resp = await client.get("/books", headers=bot)
+        resp = await client.get("/api/books", headers=bot)
         assert resp.status == 200
         assert "RateLimit" not in resp.headers
     assert resolver.lookups == 1  # cached
     spoof = {"User-Agent": "Googlebot/2.1", "X-Forwarded-For": "203.0.113.9"}
-    statuses = [(await client.get("/books", headers=spoof)).status for _ in range(61)]
+    statuses = [(await client.get("/api/books", headers=spoof)).status for _ in range(61)]
     assert statuses[-1] == 429
 
 
@@ -231,12 +231,14 @@ async def test_assistant_fetch_exempt_only_from_configured_networks(aiohttp_clie
     client = await aiohttp_client(build_app(settings))
     inside = {"User-Agent": "Mozilla/5.0 Claude-User/1.0", "X-Forwarded-For": "192.0.2.10"}
     outside = {"User-Agent": "Mozilla/5.0 Claude-User/1.0", "X-Forwarded-For": "198.51.100.10"}
-    assert all([(await client.get("/books", headers=inside)).status == 200 for _ in range(65)])
-    statuses = [(await client.get("/books", headers=outside)).status for _ in range(61)]
+    assert all([(await client.get("/api/books", headers=inside)).status == 200 for _ in range(65)])
+    statuses = [(await client.get("/api/books", headers=outside)).status for _ in range(61)]
     assert statuses[-1] == 429
 
 
 async def test_forwarded_for_is_ignored_from_untrusted_peers(client: TestClient) -> None:
     """Without trusted proxies, rotating X-Forwarded-For does not buy a fresh allowance."""
-    statuses = [(await client.get("/books", headers={"X-Forwarded-For": f"198.51.100.{i}"})).status for i in range(61)]
+    statuses = [
+        (await client.get("/api/books", headers={"X-Forwarded-For": f"198.51.100.{i}"})).status for i in range(61)
+    ]
     assert statuses[-1] == 429

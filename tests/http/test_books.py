@@ -33,8 +33,8 @@ async def test_health_reports_storage_and_counts(client: TestClient) -> None:
 
 
 async def test_books_paginate_with_total(client: TestClient) -> None:
-    first = await (await client.get("/books", params={"limit": 3})).json()
-    second = await (await client.get("/books", params={"limit": 3, "offset": 3})).json()
+    first = await (await client.get("/api/books", params={"limit": 3})).json()
+    second = await (await client.get("/api/books", params={"limit": 3, "offset": 3})).json()
     assert first["total"] == second["total"] == 4
     assert first["hasMore"] is True and second["hasMore"] is False
     slugs = [b["slug"] for b in first["books"] + second["books"]]
@@ -42,8 +42,8 @@ async def test_books_paginate_with_total(client: TestClient) -> None:
 
 
 async def test_book_by_slug_and_by_id_agree(client: TestClient) -> None:
-    by_slug = await (await client.get("/books/demo-speculum-fornacum")).json()
-    by_id = await (await client.get(f"/books/{by_slug['id']}")).json()
+    by_slug = await (await client.get("/api/books/demo-speculum-fornacum")).json()
+    by_id = await (await client.get(f"/api/books/{by_slug['id']}")).json()
     assert by_slug == by_id
     assert by_slug["doi"] == "10.5281/zenodo.1000001"
     assert by_slug["attribution"]["institution"] == "Demo Library of Generated Scans"
@@ -53,7 +53,7 @@ async def test_book_by_slug_and_by_id_agree(client: TestClient) -> None:
 
 
 async def test_page_without_image_has_no_image_url(client: TestClient) -> None:
-    book = await (await client.get("/books/demo-traite-des-mines")).json()
+    book = await (await client.get("/api/books/demo-traite-des-mines")).json()
     page = next(p for p in book["pages"] if p["number"] == 7)
     assert page["image_unavailable"] is True
     assert not [
@@ -62,7 +62,7 @@ async def test_page_without_image_has_no_image_url(client: TestClient) -> None:
 
 
 async def test_every_tier_fetches_at_its_size(client: TestClient) -> None:
-    book = await (await client.get("/books/demo-traite-des-mines")).json()
+    book = await (await client.get("/api/books/demo-traite-des-mines")).json()
     large = next(p for p in book["pages"] if p["number"] == 2)  # the 4200 px master
     for tier, longest in (("full", 4200), ("display", 2000), ("thumb", 300)):
         resp = await client.get(_local(large[f"image_{tier}"]))
@@ -73,7 +73,7 @@ async def test_every_tier_fetches_at_its_size(client: TestClient) -> None:
 
 
 async def test_unknown_book_is_json_404_with_cors(client: TestClient) -> None:
-    resp = await client.get("/books/no-such-book")
+    resp = await client.get("/api/books/no-such-book")
     body = await resp.json()
     assert resp.status == 404
     assert resp.headers["Access-Control-Allow-Origin"] == "*"
@@ -84,7 +84,7 @@ async def test_unknown_book_is_json_404_with_cors(client: TestClient) -> None:
 
 async def test_preflight_and_unknown_route(client: TestClient) -> None:
     resp = await client.options(
-        "/books", headers={"Origin": "https://x.example", "Access-Control-Request-Method": "GET"}
+        "/api/books", headers={"Origin": "https://x.example", "Access-Control-Request-Method": "GET"}
     )
     assert resp.status == 204
     assert resp.headers["Access-Control-Allow-Origin"] == "*"
@@ -96,7 +96,7 @@ async def test_preflight_and_unknown_route(client: TestClient) -> None:
 
 
 async def test_public_images_are_cacheable_with_validators_and_ranges(client: TestClient) -> None:
-    book = await (await client.get("/books/demo-speculum-fornacum")).json()
+    book = await (await client.get("/api/books/demo-speculum-fornacum")).json()
     path = _local(book["pages"][0]["image_thumb"])
     resp = await client.get(path)
     body = await resp.read()
@@ -112,7 +112,7 @@ async def test_public_images_are_cacheable_with_validators_and_ranges(client: Te
 
 
 async def test_masters_and_clean_copies_have_no_public_url(client: TestClient, data_dir: Any) -> None:
-    book = await (await client.get("/books/demo-speculum-fornacum")).json()
+    book = await (await client.get("/api/books/demo-speculum-fornacum")).json()
     book_id = book["id"]
     for path in (
         f"/img/../masters/{book_id}/1.jpg",
@@ -138,10 +138,10 @@ def _walk(value: Any, found: list[str]) -> None:
 
 
 async def test_every_image_url_in_every_response_is_on_the_image_host(client: TestClient) -> None:
-    listing = await (await client.get("/books", params={"limit": 200})).json()
+    listing = await (await client.get("/api/books", params={"limit": 200})).json()
     responses: list[Any] = [listing]
     for book in listing["books"]:
-        responses.append(await (await client.get(f"/books/{book['slug']}")).json())
+        responses.append(await (await client.get(f"/api/books/{book['slug']}")).json())
     urls: list[str] = []
     for body in responses:
         _walk(body, urls)

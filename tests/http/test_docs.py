@@ -1,4 +1,4 @@
-"""The generated documents: /openapi.json and /llms.txt list exactly what exists, and the API honours its schema."""
+"""The generated documents: /api/openapi.json and /llms.txt list exactly what exists, and the API honours its schema."""
 
 from __future__ import annotations
 
@@ -25,17 +25,17 @@ from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.keys import create_key
 from imagesvc.web.docs import openapi_path
-from imagesvc.web.routes import ROUTES
+from imagesvc.web.routes import mounted
 from tests.library import settings_for
 
 
 async def test_openapi_lists_exactly_the_route_table(client: TestClient) -> None:
-    resp = await client.get("/openapi.json")
+    resp = await client.get("/api/openapi.json")
     doc = await resp.json()
     assert resp.status == 200
     assert doc["openapi"].startswith("3.1")
     documented = {(method.upper(), path) for path, ops in doc["paths"].items() for method in ops}
-    assert documented == {(method, openapi_path(path)) for method, path, _ in ROUTES}
+    assert documented == {(method, openapi_path(path)) for method, path, _ in mounted("/api")}
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
             assert op["summary"], (method, path)
@@ -47,8 +47,8 @@ async def test_openapi_lists_exactly_the_route_table(client: TestClient) -> None
 
 
 async def test_openapi_parameters_come_from_the_tool_schemas(client: TestClient) -> None:
-    doc = await (await client.get("/openapi.json")).json()
-    quote = doc["paths"]["/books/{book_id}/quote"]["get"]
+    doc = await (await client.get("/api/openapi.json")).json()
+    quote = doc["paths"]["/api/books/{book_id}/quote"]["get"]
     assert quote["x-tool"] == "get_quote"
     params = {p["name"]: p for p in quote["parameters"]}
     assert params["page"]["required"] is True
@@ -64,7 +64,7 @@ async def test_llms_txt_names_every_route_and_tool_with_an_example(client: TestC
     text = await resp.text()
     assert resp.status == 200
     assert resp.content_type == "text/plain"
-    for method, path, _ in ROUTES:
+    for method, path, _ in mounted("/api"):
         assert f"- {method} {openapi_path(path)}: " in text, path
     for name in tools.load_all():
         section = text.split(f"### {name}\n", 1)[1].split("### ", 1)[0]
@@ -75,7 +75,7 @@ async def test_llms_txt_names_every_route_and_tool_with_an_example(client: TestC
 
 async def test_every_door_lists_the_same_tools(client: TestClient) -> None:
     registry = set(tools.load_all())
-    listed = await client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    listed = await client.post("/api/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     mcp_names = {t["name"] for t in (await listed.json())["result"]["tools"]}
     llms = set(re.findall(r"^### (\w+)$", await (await client.get("/llms.txt")).text(), re.M))
     assert registry == mcp_names == llms
@@ -110,7 +110,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_mismatch(live_url: str
         key, _ = create_key(catalog, "enterprise", "schemathesis")  # a high request limit: fuzzing, not throttling
     finally:
         catalog.close()
-    schema = schemathesis.openapi.from_url(f"{live_url}/openapi.json")
+    schema = schemathesis.openapi.from_url(f"{live_url}/api/openapi.json")
     # what the API promises: no 5xx, and every answer's status, content type and body as documented
     checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 

@@ -37,9 +37,9 @@ def urls(item: dict[str, Any]) -> list[str]:
 
 
 async def test_more_like_this_ranks_the_illustration_itself_first(clip_client: TestClient) -> None:
-    ids = [i["id"] for i in (await get(clip_client, "/gallery", maxPerBook=1000, limit=50))["items"]]
+    ids = [i["id"] for i in (await get(clip_client, "/api/gallery", maxPerBook=1000, limit=50))["items"]]
     for iid in ids[:5]:
-        body = await get(clip_client, "/gallery", like=iid, maxPerBook=1000, limit=5)
+        body = await get(clip_client, "/api/gallery", like=iid, maxPerBook=1000, limit=5)
         assert body["items"][0]["id"] == iid
         assert body["items"][0]["similarity"] == pytest.approx(1.0, abs=1e-4)
         scores = [i["similarity"] for i in body["items"]]
@@ -47,7 +47,7 @@ async def test_more_like_this_ranks_the_illustration_itself_first(clip_client: T
 
 
 async def test_text_query_uses_clip_and_says_so(clip_client: TestClient) -> None:
-    body = await get(clip_client, "/gallery", q="serpent emblem", limit=10)
+    body = await get(clip_client, "/api/gallery", q="serpent emblem", limit=10)
     assert body["search"]["mode"] == "clip+full-text" and "RANDOM" in body["search"]["clip"]
     assert body["items"] and all(i["scores"]["clip"] is not None for i in body["items"])
     assert all(u.startswith(IMAGE_HOST) for i in body["items"] for u in urls(i))
@@ -56,15 +56,15 @@ async def test_text_query_uses_clip_and_says_so(clip_client: TestClient) -> None
 
 
 async def test_filters_apply_before_ranking_and_max_per_book_after(clip_client: TestClient, data_dir: Path) -> None:
-    body = await get(clip_client, "/gallery", q="title page", type="woodcut", maxPerBook=1, limit=50)
+    body = await get(clip_client, "/api/gallery", q="title page", type="woodcut", maxPerBook=1, limit=50)
     assert all(i["type"] == "woodcut" for i in body["items"])
     # Woodcuts live in three books: each still gives its best one although other types outrank them overall.
     assert len({i["bookId"] for i in body["items"]}) == 3 == body["total"] == len(body["items"])
-    two = await get(clip_client, "/gallery", q="title page", type="woodcut", maxPerBook=2, limit=50)
+    two = await get(clip_client, "/api/gallery", q="title page", type="woodcut", maxPerBook=2, limit=50)
     assert two["total"] == 2 + 2 + 2 and not two["hasMore"]
-    year = await get(clip_client, "/gallery", q="fire", year_from=1600, year_to=1620, maxPerBook=1000, limit=50)
+    year = await get(clip_client, "/api/gallery", q="fire", year_from=1600, year_to=1620, maxPerBook=1000, limit=50)
     assert year["items"] and all(1600 <= i["year"] <= 1620 for i in year["items"])
-    subject = await get(clip_client, "/gallery", q="x", subject="Mining", maxPerBook=1000, limit=50)
+    subject = await get(clip_client, "/api/gallery", q="x", subject="Mining", maxPerBook=1000, limit=50)
     catalog = Catalog(data_dir / "catalog.sqlite3")
     mining = catalog.query_all("SELECT id FROM illustrations WHERE subjects LIKE '%\"mining\"%'")
     catalog.close()
@@ -72,10 +72,10 @@ async def test_filters_apply_before_ranking_and_max_per_book_after(clip_client: 
 
 
 async def test_pages_are_stable_and_add_up_to_total(clip_client: TestClient) -> None:
-    whole = await get(clip_client, "/gallery", q="plant", maxPerBook=1000, limit=50)
+    whole = await get(clip_client, "/api/gallery", q="plant", maxPerBook=1000, limit=50)
     seen = []
     for offset in range(0, whole["total"], 7):
-        page = await get(clip_client, "/gallery", q="plant", maxPerBook=1000, limit=7, offset=offset)
+        page = await get(clip_client, "/api/gallery", q="plant", maxPerBook=1000, limit=7, offset=offset)
         assert page["total"] == whole["total"]
         assert page["hasMore"] == (offset + 7 < whole["total"])
         seen += [i["id"] for i in page["items"]]
@@ -83,38 +83,38 @@ async def test_pages_are_stable_and_add_up_to_total(clip_client: TestClient) -> 
 
 
 async def test_min_score_drops_weaker_matches(clip_client: TestClient) -> None:
-    whole = await get(clip_client, "/gallery", q="star chart", maxPerBook=1000, limit=50)
+    whole = await get(clip_client, "/api/gallery", q="star chart", maxPerBook=1000, limit=50)
     cut = whole["items"][len(whole["items"]) // 2]["similarity"]
-    body = await get(clip_client, "/gallery", q="star chart", maxPerBook=1000, limit=50, min_score=cut)
+    body = await get(clip_client, "/api/gallery", q="star chart", maxPerBook=1000, limit=50, min_score=cut)
     assert body["items"] and all(i["similarity"] >= cut for i in body["items"])
     assert body["total"] == len(body["items"]) < whole["total"]
 
 
 async def test_without_weights_search_is_full_text_and_says_so(client: TestClient) -> None:
-    body = await get(client, "/gallery", q="serpent", maxPerBook=1000)
+    body = await get(client, "/api/gallery", q="serpent", maxPerBook=1000)
     assert body["search"]["mode"] == "full-text" and body["search"]["clip"].startswith("off")
     assert body["items"] and all(i["scores"]["clip"] is None for i in body["items"])
     assert all("serpent" in str(i).lower() for i in body["items"])
-    empty = await get(client, "/vectors/gallery")
+    empty = await get(client, "/api/vectors/gallery")
     assert empty["empty"] and empty["vectors"] == [] and "index" in empty["message"]
 
 
 async def test_collection_counts_match_items_after_removal_and_withdrawal(client: TestClient, data_dir: Path) -> None:
-    before = {c["slug"]: c for c in (await get(client, "/gallery/collections"))["collections"]}
+    before = {c["slug"]: c for c in (await get(client, "/api/gallery/collections"))["collections"]}
     slug = next(iter(before))
-    items = (await get(client, f"/gallery/collections/{slug}"))["items"]
+    items = (await get(client, f"/api/gallery/collections/{slug}"))["items"]
     catalog = Catalog(data_dir / "catalog.sqlite3")  # an operator's connection, as the CLI would open
     with catalog.transaction() as conn:
         remove_illustration(conn, items[0]["id"])
         withdraw_book(conn, items[-1]["bookId"])
     catalog.close()
-    listing = (await get(client, "/gallery/collections"))["collections"]
+    listing = (await get(client, "/api/gallery/collections"))["collections"]
     for entry in listing:
-        one = await get(client, f"/gallery/collections/{entry['slug']}")
+        one = await get(client, f"/api/gallery/collections/{entry['slug']}")
         assert entry["imageCount"] == one["imageCount"] == len(one["items"])
         assert all(u.startswith(IMAGE_HOST) for i in one["items"] for u in urls(i))
     assert next(e for e in listing if e["slug"] == slug)["imageCount"] < before[slug]["imageCount"]
-    gone = await get(client, f"/gallery/images/{items[0]['id']}", 404)
+    gone = await get(client, f"/api/gallery/images/{items[0]['id']}", 404)
     assert gone["error"] == "not_found" and gone["recovery"]
 
 
@@ -122,7 +122,7 @@ async def test_vectors_page_by_keyset_in_both_formats(clip_client: TestClient) -
     pages, after = [], None
     while True:
         params = {"limit": 10} | ({"after": after} if after else {})
-        body = await get(clip_client, "/vectors/gallery", **params)
+        body = await get(clip_client, "/api/vectors/gallery", **params)
         pages.append(body)
         after = body["next_cursor"]
         if after is None:
@@ -130,26 +130,26 @@ async def test_vectors_page_by_keyset_in_both_formats(clip_client: TestClient) -
     rows = [v for p in pages for v in p["vectors"]]
     assert len(rows) == pages[0]["total"] and [r["id"] for r in rows] == sorted(r["id"] for r in rows)
     assert pages[0]["dims"] == 64
-    b64 = await get(clip_client, "/vectors/gallery", limit=10, format="base64")
+    b64 = await get(clip_client, "/api/vectors/gallery", limit=10, format="base64")
     for plain, packed in zip(pages[0]["vectors"], b64["vectors"], strict=True):
         decoded = np.frombuffer(base64.b64decode(packed["embedding"]), dtype="<f4")
         assert np.array_equal(decoded, np.array(plain["embedding"], dtype=np.float32))
-    books = await get(clip_client, "/vectors/books", limit=1000)
+    books = await get(clip_client, "/api/vectors/books", limit=1000)
     assert books["returned"] == 4 and books["next_cursor"] is None
-    assert (await get(clip_client, "/vectors/artworks"))["empty"] is True
-    unknown = await get(clip_client, "/vectors/faces", 404)
+    assert (await get(clip_client, "/api/vectors/artworks"))["empty"] is True
+    unknown = await get(clip_client, "/api/vectors/faces", 404)
     assert unknown["stores"] == ["books", "gallery", "clip", "artworks"]
 
 
 async def test_image_and_book_images(client: TestClient) -> None:
-    first = (await get(client, "/gallery", limit=1))["items"][0]
-    one = await get(client, f"/gallery/images/{first['id']}")
+    first = (await get(client, "/api/gallery", limit=1))["items"][0]
+    one = await get(client, f"/api/gallery/images/{first['id']}")
     assert one["book"]["title"] == first["bookTitle"] and one["citationUrl"].startswith(SITE)
     assert set(one["tiers"]) == {"full", "display", "thumb"}
     assert all(t["url"].startswith(IMAGE_HOST) for t in one["tiers"].values())
-    book = await get(client, f"/books/{first['bookId']}/images", limit=2)
+    book = await get(client, f"/api/books/{first['bookId']}/images", limit=2)
     assert book["total"] >= len(book["items"]) == 2 and book["hasMore"]
-    await get(client, "/books/no-such-book/images", 404)
+    await get(client, "/api/books/no-such-book/images", 404)
 
 
 @pytest.mark.parametrize(
@@ -157,16 +157,16 @@ async def test_image_and_book_images(client: TestClient) -> None:
     [{"limit": 0}, {"limit": 51}, {"maxPerBook": "x"}, {"min_score": "high"}, {"year_from": "1600s"}, {"offset": -1}],
 )
 async def test_bad_parameters_are_400_with_hints(client: TestClient, params: dict[str, Any]) -> None:
-    body = await get(client, "/gallery", 400, **params)
+    body = await get(client, "/api/gallery", 400, **params)
     assert body["error"] == "invalid_request" and body["recovery"]
 
 
 async def test_unknown_ids_are_404(clip_client: TestClient) -> None:
     for path, params in [
-        ("/gallery", {"like": "nope:0"}),
-        ("/gallery", {"book": "nope"}),
-        ("/gallery", {"collection": "nope"}),
-        ("/gallery/collections/nope", {}),
+        ("/api/gallery", {"like": "nope:0"}),
+        ("/api/gallery", {"book": "nope"}),
+        ("/api/gallery", {"collection": "nope"}),
+        ("/api/gallery/collections/nope", {}),
     ]:
         body = await get(clip_client, path, 404, **params)
         assert body["error"] == "not_found" and body["recovery"]

@@ -45,7 +45,7 @@ def _psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 
 async def _page_id(client: TestClient, number: int = 2) -> str:
-    book = await (await client.get(f"/books/{SLUG}")).json()
+    book = await (await client.get(f"/api/books/{SLUG}")).json()
     return f"{book['id']}-{number}"
 
 
@@ -128,7 +128,7 @@ async def test_mirroring_flips_the_picture(client: TestClient) -> None:
 
 
 async def test_illustrations_have_iiif_services(client: TestClient) -> None:
-    items = (await (await client.get(f"/books/{SLUG}/images")).json())["items"]
+    items = (await (await client.get(f"/api/books/{SLUG}/images")).json())["items"]
     ident = items[0]["id"] if "id" in items[0] else f"{items[0]['pageId']}:{items[0]['detectionIndex']}"
     resp = await client.get(f"/iiif/3/{ident}/full/!200,200/0/default.jpg")
     assert resp.status == 200
@@ -202,7 +202,7 @@ async def test_budget_is_charged_by_delivered_area_and_304_is_free(client: TestC
     page = await _page_id(client)
 
     async def used() -> int:
-        return (await (await client.get("/rate_limit")).json())["pools"]["images"]["used"]
+        return (await (await client.get("/api/rate_limit")).json())["pools"]["images"]["used"]
 
     info = await (await client.get(f"/iiif/3/{page}/info.json")).json()
     assert await used() == 0  # info.json delivers no pixels
@@ -251,7 +251,7 @@ async def test_derivatives_are_cached_privately_and_bounded(make_client: object,
 
 async def test_deep_zoom_is_not_held_to_the_request_limit_but_to_the_image_budget(client: TestClient) -> None:
     """An anonymous viewer may fetch far more than 60 tiles an hour; each costs image budget by its area."""
-    book = await (await client.get("/books/demo-traite-des-mines")).json()
+    book = await (await client.get("/api/books/demo-traite-des-mines")).json()
     identifier = f"{book['id']}-2"  # the 4200 px page
     statuses = []
     for i in range(80):  # 80 distinct 1024 x 1024 tiles inside the ~2950 x 4200 page
@@ -259,8 +259,8 @@ async def test_deep_zoom_is_not_held_to_the_request_limit_but_to_the_image_budge
         resp = await client.get(f"/iiif/3/{identifier}/{x},{y},1024,1024/max/0/default.jpg")
         statuses.append(resp.status)
     assert statuses == [200] * 80
-    quota = await (await client.get("/rate_limit")).json()
+    quota = await (await client.get("/api/rate_limit")).json()
     # Each tile is about a quarter of a 2000 x 2000 display image: charged a whole unit with that probability
     # (docs/iiif.md), so about 21 units for 80 tiles, never 0 and never 80 in practice.
     assert 5 < quota["pools"]["images"]["used"] < 45
-    assert (await client.get("/books")).status == 200  # and the request limit was not spent by the tiles
+    assert (await client.get("/api/books")).status == 200  # and the request limit was not spent by the tiles

@@ -11,7 +11,7 @@ RTL = "demo-sefer-maarekhet-ha-kokhavim"
 
 
 async def test_book_links_its_manifest_and_the_manifest_validates(client: TestClient) -> None:
-    book = await (await client.get("/books/demo-speculum-fornacum")).json()
+    book = await (await client.get("/api/books/demo-speculum-fornacum")).json()
     assert book["iiif_manifest"].endswith(f"/iiif/3/manifest/{book['id']}")
     resp = await client.get(f"/iiif/3/manifest/{book['id']}", headers={"Accept": "application/ld+json"})
     assert resp.status == 200
@@ -36,9 +36,9 @@ async def test_rtl_books_say_so_and_pages_without_images_stay_honest(client: Tes
     doc = await (await client.get(f"/iiif/3/manifest/{RTL}")).json()
     prezi3.Manifest.model_validate(doc)
     assert doc["viewingDirection"] == "right-to-left"
-    library = await (await client.get("/books?limit=200")).json()
+    library = await (await client.get("/api/books?limit=200")).json()
     for summary in library["items"] if "items" in library else library["books"]:
-        book = await (await client.get(f"/books/{summary['id']}")).json()
+        book = await (await client.get(f"/api/books/{summary['id']}")).json()
         missing = [p["number"] for p in book["pages"] if p.get("image_unavailable")]
         if not missing:
             continue

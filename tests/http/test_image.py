@@ -41,9 +41,9 @@ def _after_sos(jpeg: bytes) -> bytes:
 
 
 async def test_default_is_the_marked_public_tier(client: TestClient) -> None:
-    book = await (await client.get("/books/demo-speculum-fornacum")).json()
+    book = await (await client.get("/api/books/demo-speculum-fornacum")).json()
     public = await client.get("/img/" + book["pages"][1]["image_display"].split("/img/", 1)[1])
-    resp = await client.get("/image", params=PAGE)
+    resp = await client.get("/api/image", params=PAGE)
     assert resp.status == 200
     assert resp.headers["Content-Type"] == "image/jpeg"
     assert await resp.read() == await public.read()
@@ -51,14 +51,14 @@ async def test_default_is_the_marked_public_tier(client: TestClient) -> None:
 
 
 async def test_head_and_repeat_deliveries(client: TestClient) -> None:
-    got = await client.get("/image", params=PAGE)
+    got = await client.get("/api/image", params=PAGE)
     body = await got.read()
-    head = await client.head("/image", params=PAGE)
+    head = await client.head("/api/image", params=PAGE)
     assert head.status == 200
     assert head.headers["RateLimit"] == got.headers["RateLimit"].replace("r=59", "r=58")  # no image spent
     assert int(head.headers["Content-Length"]) == len(body) and await head.read() == b""
     assert head.headers["ETag"] == got.headers["ETag"]
-    again = await client.get("/image", params=PAGE)  # served from memory now: same bytes, same validator
+    again = await client.get("/api/image", params=PAGE)  # served from memory now: same bytes, same validator
     assert await again.read() == body and again.headers["ETag"] == got.headers["ETag"]
     metrics = await (await client.get("/metrics")).text()
     hits = next(line for line in metrics.splitlines() if line.startswith("imagesvc_hot_objects_hits_total "))
@@ -68,7 +68,7 @@ async def test_head_and_repeat_deliveries(client: TestClient) -> None:
 @pytest.mark.parametrize("tier", ["free", "language", "domain"])
 async def test_clean_is_refused_for_every_tier_below_full(client: TestClient, data_dir: Path, tier: str) -> None:
     key, _ = _key(data_dir, tier)
-    resp = await client.get("/image", params={**PAGE, "clean": "1"}, headers={"Authorization": f"Bearer {key}"})
+    resp = await client.get("/api/image", params={**PAGE, "clean": "1"}, headers={"Authorization": f"Bearer {key}"})
     body = await resp.json()
     assert resp.status == 403
     assert resp.headers["Content-Type"].startswith("application/json")  # never a marked image in its place
@@ -84,9 +84,9 @@ async def test_clean_is_refused_for_anonymous_and_signed_in(client: TestClient) 
 
     token = sign_session("u1", int(time.time()) + 60, "test-secret")
     for headers in ({}, {"Authorization": f"Bearer {token}"}):
-        resp = await client.get("/image", params={**PAGE, "clean": "1"}, headers=headers)
+        resp = await client.get("/api/image", params={**PAGE, "clean": "1"}, headers=headers)
         assert resp.status == 403
-    quota = await (await client.get("/rate_limit")).json()
+    quota = await (await client.get("/api/rate_limit")).json()
     assert quota["pools"]["images"]["used"] == 0  # a refusal costs nothing
 
 
@@ -94,8 +94,8 @@ async def test_clean_is_refused_for_anonymous_and_signed_in(client: TestClient) 
 async def test_full_tier_keys_get_clean_images_privately(client: TestClient, data_dir: Path, tier: str) -> None:
     key, _ = _key(data_dir, tier)
     auth = {"Authorization": f"Bearer {key}"}
-    clean = await client.get("/image", params={**PAGE, "clean": "1"}, headers=auth)
-    marked = await client.get("/image", params=PAGE, headers=auth)
+    clean = await client.get("/api/image", params={**PAGE, "clean": "1"}, headers=auth)
+    marked = await client.get("/api/image", params=PAGE, headers=auth)
     assert clean.status == marked.status == 200
     assert clean.headers["Cache-Control"] == "private, no-store"
     a, b = _pixels(await clean.read()), _pixels(await marked.read())
@@ -106,8 +106,8 @@ async def test_full_tier_keys_get_clean_images_privately(client: TestClient, dat
 
 async def test_key_deliveries_carry_a_provenance_note_with_pixels_untouched(client: TestClient, data_dir: Path) -> None:
     key, key_id = _key(data_dir, "free")
-    anonymous = await (await client.get("/image", params=PAGE)).read()
-    keyed = await (await client.get("/image", params=PAGE, headers={"Authorization": f"Bearer {key}"})).read()
+    anonymous = await (await client.get("/api/image", params=PAGE)).read()
+    keyed = await (await client.get("/api/image", params=PAGE, headers={"Authorization": f"Bearer {key}"})).read()
     assert read_xmp(anonymous) is None
     xmp = read_xmp(keyed)
     assert xmp is not None
@@ -122,11 +122,11 @@ async def test_key_deliveries_carry_a_provenance_note_with_pixels_untouched(clie
 
 
 async def test_illustration_images(client: TestClient) -> None:
-    book = await (await client.get("/books/demo-speculum-fornacum")).json()
-    resp = await client.get("/image", params={"illustration": f"{book['id']}-1:0", "tier": "thumb"})
+    book = await (await client.get("/api/books/demo-speculum-fornacum")).json()
+    resp = await client.get("/api/image", params={"illustration": f"{book['id']}-1:0", "tier": "thumb"})
     assert resp.status == 200
     assert max(Image.open(io.BytesIO(await resp.read())).size) <= 300
-    resp = await client.get("/image", params={"illustration": f"{book['id']}-1:9"})
+    resp = await client.get("/api/image", params={"illustration": f"{book['id']}-1:9"})
     assert resp.status == 404
 
 
@@ -144,7 +144,7 @@ async def test_illustration_images(client: TestClient) -> None:
     ],
 )
 async def test_bad_requests_are_clear_json(client: TestClient, params: dict[str, str], status: int) -> None:
-    resp = await client.get("/image", params=params)
+    resp = await client.get("/api/image", params=params)
     body = await resp.json()
     assert resp.status == status
     assert body["message"] and body["recovery"]

@@ -40,7 +40,7 @@ async def mcp_session(server: TestServer, key: str | None = None) -> AsyncIterat
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with (
         httpx2.AsyncClient(headers=headers) as http,
-        streamable_http_client(str(server.make_url("/mcp")), http_client=http) as (read, write),
+        streamable_http_client(str(server.make_url("/api/mcp")), http_client=http) as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
@@ -52,7 +52,7 @@ async def rpc(server: TestServer, body: Any, **headers: str) -> tuple[int, Any]:
     data = body if isinstance(body, bytes) else None
     async with (
         aiohttp.ClientSession() as http,
-        http.post(server.make_url("/mcp"), data=data, json=None if data else body, headers=headers) as resp,
+        http.post(server.make_url("/api/mcp"), data=data, json=None if data else body, headers=headers) as resp,
     ):
         text = await resp.text()
         return resp.status, (None if not text else await resp.json())
@@ -187,7 +187,7 @@ async def test_a_failed_call_spends_no_budget(server: TestServer, monkeypatch: p
     status, body = await rpc(server, batch)
     assert status == 200
     assert [reply["result"]["isError"] for reply in body] == [True, False]
-    async with aiohttp.ClientSession() as http, http.get(server.make_url("/rate_limit")) as resp:
+    async with aiohttp.ClientSession() as http, http.get(server.make_url("/api/rate_limit")) as resp:
         quota = await resp.json()
     assert quota["pools"]["text"]["used"] == 1  # the quote's page; the failed call's 3 units were refunded
 
@@ -232,18 +232,18 @@ async def test_notifications_get_202_and_batches_answer_each_request(server: Tes
 
 async def test_get_delete_and_preflight(server: TestServer) -> None:
     async with aiohttp.ClientSession() as http:
-        async with http.get(server.make_url("/mcp")) as resp:
+        async with http.get(server.make_url("/api/mcp")) as resp:
             assert resp.status == 405  # no event stream
             assert "POST" in resp.headers["Allow"]
             assert (await resp.json())["error"] == "method_not_allowed"
-        async with http.delete(server.make_url("/mcp")) as resp:
+        async with http.delete(server.make_url("/api/mcp")) as resp:
             assert resp.status == 204  # stateless: no session to end
         preflight = {"Origin": "https://example.org", "Access-Control-Request-Method": "POST"}
-        async with http.options(server.make_url("/mcp"), headers=preflight) as resp:
+        async with http.options(server.make_url("/api/mcp"), headers=preflight) as resp:
             assert resp.status == 204
             assert "POST" in resp.headers["Access-Control-Allow-Methods"]
             assert "Mcp-Protocol-Version" in resp.headers["Access-Control-Allow-Headers"]
-        async with http.post(server.make_url("/mcp"), json={"jsonrpc": "2.0", "id": 1, "method": "ping"}) as resp:
+        async with http.post(server.make_url("/api/mcp"), json={"jsonrpc": "2.0", "id": 1, "method": "ping"}) as resp:
             assert resp.headers["Access-Control-Allow-Origin"] == "*"
             assert resp.content_type == "application/json"
 
@@ -255,7 +255,7 @@ async def test_unsupported_protocol_header_is_refused(server: TestServer) -> Non
 
 
 async def test_request_limit_reaches_the_official_client_as_an_error_result(server: TestServer) -> None:
-    """Past the anonymous 60 requests an hour, /mcp still answers: each tool call is an isError result."""
+    """Past the anonymous 60 requests an hour, /api/mcp still answers: each tool call is an isError result."""
     async with mcp_session(server) as session:  # initialize (and its notification) count as requests too
         for _ in range(70):
             result = await session.call_tool("list_books", {"limit": 1})

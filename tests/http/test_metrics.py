@@ -48,15 +48,15 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 async def test_requests_are_counted_by_route_template_and_status(client: TestClient) -> None:
     for book in (BOOK, BOOK, "no-such-book"):
-        await (await client.get(f"/books/{book}")).read()
+        await (await client.get(f"/api/books/{book}")).read()
     await (await client.get("/no/such/route")).read()
     samples = await scrape(client)
     requests = "imagesvc_http_requests_total"
-    assert value(samples, requests, route="/books/{book_id}", method="GET", status="200") == 2
-    assert value(samples, requests, route="/books/{book_id}", method="GET", status="404") == 1
+    assert value(samples, requests, route="/api/books/{book_id}", method="GET", status="200") == 2
+    assert value(samples, requests, route="/api/books/{book_id}", method="GET", status="404") == 1
     assert value(samples, requests, route="unmatched", method="GET", status="404") == 1
     latency = "imagesvc_http_request_duration_seconds_count"
-    assert value(samples, latency, route="/books/{book_id}", method="GET") == 3
+    assert value(samples, latency, route="/api/books/{book_id}", method="GET") == 3
     # Raw paths never become label values: the series count stays bounded whatever callers request.
     assert not any(BOOK in v or "no-such" in v for _, labels in samples for _, v in labels)
 
@@ -69,9 +69,9 @@ async def test_budget_and_request_limit_rejections_are_counted(make_client: Make
     assert limit is not None
     access = client.server.app[ACCESS]
     assert await access.commit(await access.reserve(f"user:{user}", "images", limit, limit))
-    resp = await client.get("/image", params=THUMB, headers=headers)
+    resp = await client.get("/api/image", params=THUMB, headers=headers)
     assert resp.status == 429
-    statuses = [(await client.get("/books")).status for _ in range(61)]
+    statuses = [(await client.get("/api/books")).status for _ in range(61)]
     assert 429 in statuses
     samples = await scrape(client)  # free: answered although the request limit is spent
     assert value(samples, "imagesvc_budget_rejections_total", pool="images", caller_class="signed_in") == 1
@@ -92,12 +92,12 @@ async def test_store_errors_are_counted_by_backend_and_kind(make_client: MakeCli
         s3_access_key="test",
         s3_secret_key="test",
     )
-    resp = await client.get("/image", params=THUMB)
+    resp = await client.get("/api/image", params=THUMB)
     assert resp.status == 503
     assert (await resp.json())["error"] == "unavailable"
     samples = await scrape(client)
     assert value(samples, "imagesvc_store_errors_total", backend="s3", operation="get", kind="unavailable") == 1
-    assert value(samples, "imagesvc_http_requests_total", route="/image", method="GET", status="503") == 1
+    assert value(samples, "imagesvc_http_requests_total", route="/api/image", method="GET", status="503") == 1
 
 
 def test_last_ingest_run_is_exposed(demo_library: dict[str, Any], data_dir: Path) -> None:
@@ -141,13 +141,15 @@ async def test_json_log_lines_carry_request_id_and_no_secrets(
         key, _ = create_key(catalog, "free", "log test")
     finally:
         catalog.close()
-    resp = await client.get(f"/books/{BOOK}", headers={"X-Request-Id": "trace-me-42", "Authorization": f"Bearer {key}"})
+    resp = await client.get(
+        f"/api/books/{BOOK}", headers={"X-Request-Id": "trace-me-42", "Authorization": f"Bearer {key}"}
+    )
     assert resp.status == 200
-    await (await client.get("/books", headers={"X-Request-Id": "anon-7"})).read()
+    await (await client.get("/api/books", headers={"X-Request-Id": "anon-7"})).read()
     lines = [json.loads(line) for line in json_log.getvalue().splitlines()]  # every line is one JSON object
     access = {line["request_id"]: line for line in lines if line["logger"] == "imagesvc.access"}
     keyed = access["trace-me-42"]
-    assert keyed["route"] == "/books/{book_id}" and keyed["status"] == 200 and keyed["method"] == "GET"
+    assert keyed["route"] == "/api/books/{book_id}" and keyed["status"] == 200 and keyed["method"] == "GET"
     assert keyed["caller_class"] == "key:free" and keyed["duration_ms"] >= 0
     assert {"time", "level", "message"} <= keyed.keys()
     anonymous = access["anon-7"]

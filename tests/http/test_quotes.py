@@ -52,7 +52,7 @@ async def _spend(client: TestClient, subject: str, pool: str, units: int, limit:
 
 
 async def test_quote_answers_with_the_spec_citation_block(client: TestClient) -> None:
-    resp = await client.get(f"/books/{SPECULUM}/quote", params={"page": "3"})
+    resp = await client.get(f"/api/books/{SPECULUM}/quote", params={"page": "3"})
     body = await resp.json()
     assert resp.status == 200
     assert body["quote"]["ocr"] == PAGE3_OCR
@@ -74,15 +74,15 @@ async def test_quote_answers_with_the_spec_citation_block(client: TestClient) ->
 
 
 async def test_verify_is_the_same_answer(client: TestClient) -> None:
-    quote = await (await client.get(f"/books/{SPECULUM}/quote", params={"page": "2"})).json()
+    quote = await (await client.get(f"/api/books/{SPECULUM}/quote", params={"page": "2"})).json()
     book_id = quote["quote"]["book_id"]
-    verify = await client.get("/verify", params={"book_id": book_id, "page": "2"})
+    verify = await client.get("/api/verify", params={"book_id": book_id, "page": "2"})
     assert verify.status == 200
     assert await verify.json() == quote
 
 
 async def test_book_without_year_or_doi_cites_sensibly(client: TestClient) -> None:
-    body = await (await client.get(f"/books/{GART}/quote", params={"page": "2"})).json()
+    body = await (await client.get(f"/api/books/{GART}/quote", params={"page": "2"})).json()
     assert body["citation"] == {
         "inline": "(Hieronymus Grünwalder n.d., p. 2)",
         "footnote": "Hieronymus Grünwalder, Gart der Kreüter vnd Wurtzeln (demo) (n.d.), p. 2.",
@@ -95,7 +95,7 @@ async def test_book_without_year_or_doi_cites_sensibly(client: TestClient) -> No
 async def test_context_and_original_switches(client: TestClient) -> None:
     body = await (
         await client.get(
-            f"/books/{SPECULUM}/quote", params={"page": "1", "include_original": "false", "include_context": "true"}
+            f"/api/books/{SPECULUM}/quote", params={"page": "1", "include_original": "false", "include_context": "true"}
         )
     ).json()
     assert "original" not in body["quote"]
@@ -105,10 +105,10 @@ async def test_context_and_original_switches(client: TestClient) -> None:
 
 
 async def test_page_without_translation(client: TestClient) -> None:
-    quote = await (await client.get(f"/books/{SPECULUM}/quote", params={"page": "5"})).json()
+    quote = await (await client.get(f"/api/books/{SPECULUM}/quote", params={"page": "5"})).json()
     assert quote["quote"]["translation"] is None
     assert quote["quote"]["available"] == ["ocr", "original"]
-    resp = await client.get(f"/books/{SPECULUM}/text", params={"content": "translation", "from": "5", "to": "5"})
+    resp = await client.get(f"/api/books/{SPECULUM}/text", params={"content": "translation", "from": "5", "to": "5"})
     body = await resp.json()
     assert resp.status == 404
     assert body["error"] == "not_found"
@@ -120,16 +120,16 @@ async def test_page_without_translation(client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("path", "params", "status", "says"),
     [
-        (f"/books/{SPECULUM}/quote", {"page": "99"}, 404, "pages 1–8"),
-        ("/books/no-such-book/quote", {"page": "1"}, 404, "no-such-book"),
-        (f"/books/{SPECULUM}/quote", {"page": "three"}, 400, "'page'"),
-        (f"/books/{SPECULUM}/quote", {}, 400, "'page' is required"),
-        (f"/books/{SPECULUM}/quote", {"page": "2", "include_context": "maybe"}, 400, "include_context"),
-        ("/verify", {"page": "2"}, 400, "'book_id' is required"),
-        (f"/books/{SPECULUM}/text", {"from": "6", "to": "2"}, 400, "'from' (6) is after 'to' (2)"),
-        (f"/books/{SPECULUM}/text", {"content": "everything"}, 400, "ocr, translation, both"),
-        (f"/books/{SPECULUM}/text", {"format": "xml"}, 400, "json, plain"),
-        (f"/books/{SPECULUM}/text", {"from": "20", "to": "30"}, 404, "pages 1–8"),
+        (f"/api/books/{SPECULUM}/quote", {"page": "99"}, 404, "pages 1–8"),
+        ("/api/books/no-such-book/quote", {"page": "1"}, 404, "no-such-book"),
+        (f"/api/books/{SPECULUM}/quote", {"page": "three"}, 400, "'page'"),
+        (f"/api/books/{SPECULUM}/quote", {}, 400, "'page' is required"),
+        (f"/api/books/{SPECULUM}/quote", {"page": "2", "include_context": "maybe"}, 400, "include_context"),
+        ("/api/verify", {"page": "2"}, 400, "'book_id' is required"),
+        (f"/api/books/{SPECULUM}/text", {"from": "6", "to": "2"}, 400, "'from' (6) is after 'to' (2)"),
+        (f"/api/books/{SPECULUM}/text", {"content": "everything"}, 400, "ocr, translation, both"),
+        (f"/api/books/{SPECULUM}/text", {"format": "xml"}, 400, "json, plain"),
+        (f"/api/books/{SPECULUM}/text", {"from": "20", "to": "30"}, 404, "pages 1–8"),
     ],
 )
 async def test_errors_are_json_with_recovery(
@@ -144,19 +144,19 @@ async def test_errors_are_json_with_recovery(
 
 
 async def test_book_text_json_lists_pages_and_what_is_missing(client: TestClient) -> None:
-    both = await (await client.get(f"/books/{SPECULUM}/text")).json()
+    both = await (await client.get(f"/api/books/{SPECULUM}/text")).json()
     assert [p["page"] for p in both["pages"]] == list(range(1, 9))
     assert both["pages"][2]["ocr"] == PAGE3_OCR
     assert both["pages"][4]["translation"] is None  # page 5 is served for its OCR text
     assert (both["pages_served"], both["truncated"], both["max_pages"]) == (8, False, 200)
-    only = await (await client.get(f"/books/{SPECULUM}/text", params={"content": "translation"})).json()
+    only = await (await client.get(f"/api/books/{SPECULUM}/text", params={"content": "translation"})).json()
     assert [p["page"] for p in only["pages"]] == [1, 2, 3, 4, 6, 7, 8]
     assert all(set(p) == {"page", "url", "translation"} for p in only["pages"])
     assert only["missing"] == [{"page": 5, "available": ["ocr", "original"]}]
 
 
 async def test_book_text_plain_has_page_headings(client: TestClient) -> None:
-    resp = await client.get(f"/books/{SPECULUM}/text", params={"format": "plain", "content": "ocr", "from": "2"})
+    resp = await client.get(f"/api/books/{SPECULUM}/text", params={"format": "plain", "content": "ocr", "from": "2"})
     text = await resp.text()
     assert resp.status == 200
     assert resp.headers["Content-Type"] == "text/plain; charset=utf-8"
@@ -179,7 +179,9 @@ async def test_key_text_carries_a_colophon_naming_the_key(make_client: Any, data
     secret = client.server.app[SERVICES].colophon_secret
     assert secret == (data_dir / "colophon.secret").read_text().strip().encode()
     quote = await (
-        await client.get(f"/books/{SPECULUM}/quote", params={"page": "3", "include_context": "true"}, headers=headers)
+        await client.get(
+            f"/api/books/{SPECULUM}/quote", params={"page": "3", "include_context": "true"}, headers=headers
+        )
     ).json()
     assert quote["colophon"] is True
     served = _texts(quote["quote"])
@@ -196,7 +198,7 @@ async def test_key_text_carries_a_colophon_naming_the_key(make_client: Any, data
     assert quote["quote"]["ocr"].startswith(PAGE3_OCR)
 
     plain = await (
-        await client.get(f"/books/{GART}/text", params={"format": "plain", "to": "3"}, headers=headers)
+        await client.get(f"/api/books/{GART}/text", params={"format": "plain", "to": "3"}, headers=headers)
     ).text()
     blocks = _blocks(plain)
     assert len(blocks) == 3
@@ -215,7 +217,9 @@ async def test_signed_in_text_carries_no_colophon(make_client: Any) -> None:
     client = await make_client()
     token = sign_session("reader-7", int(time.time()) + 3600, "test-secret")
     body = await (
-        await client.get(f"/books/{SPECULUM}/text", params={"to": "2"}, headers={"Authorization": f"Bearer {token}"})
+        await client.get(
+            f"/api/books/{SPECULUM}/text", params={"to": "2"}, headers={"Authorization": f"Bearer {token}"}
+        )
     ).json()
     assert body["colophon"] is False
     assert all(detect(p[f]) == "none" for p in body["pages"] for f in ("ocr", "translation"))
@@ -223,7 +227,7 @@ async def test_signed_in_text_carries_no_colophon(make_client: Any) -> None:
 
 async def test_budget_cut_serves_what_fits_and_says_so(client: TestClient) -> None:
     await _spend(client, ANONYMOUS, "text", 495, 500)
-    resp = await client.get(f"/books/{SPECULUM}/text")
+    resp = await client.get(f"/api/books/{SPECULUM}/text")
     body = await resp.json()
     assert resp.status == 200
     assert [p["page"] for p in body["pages"]] == [1, 2, 3, 4, 5]
@@ -232,18 +236,18 @@ async def test_budget_cut_serves_what_fits_and_says_so(client: TestClient) -> No
     assert body["truncated_reason"] == "budget"
     assert resp.headers["X-Pages-Truncated"] == "requested=8; served=5; reason=budget; next_from=6"
 
-    limits = await (await client.get("/rate_limit")).json()
+    limits = await (await client.get("/api/rate_limit")).json()
     assert limits["pools"]["text"]["remaining"] == 0
     assert limits["pools"]["images"]["used"] == 0
 
-    denied = await client.get(f"/books/{SPECULUM}/quote", params={"page": "1"})
+    denied = await client.get(f"/api/books/{SPECULUM}/quote", params={"page": "1"})
     assert denied.status == 429
     assert (await denied.json())["pool"] == "text"
 
 
 async def test_context_pages_are_dropped_when_the_budget_runs_out(client: TestClient) -> None:
     await _spend(client, ANONYMOUS, "text", 499, 500)
-    resp = await client.get(f"/books/{SPECULUM}/quote", params={"page": "4", "include_context": "true"})
+    resp = await client.get(f"/api/books/{SPECULUM}/quote", params={"page": "4", "include_context": "true"})
     body = await resp.json()
     assert resp.status == 200
     assert body["quote"]["ocr"].startswith("Sol & Luna")
@@ -253,9 +257,11 @@ async def test_context_pages_are_dropped_when_the_budget_runs_out(client: TestCl
 
 
 async def test_a_failed_request_costs_no_text(client: TestClient) -> None:
-    assert (await client.get(f"/books/{SPECULUM}/quote", params={"page": "99"})).status == 404
-    assert (await client.get(f"/books/{SPECULUM}/text", params={"content": "translation", "from": "5"})).status == 200
-    limits = await (await client.get("/rate_limit")).json()
+    assert (await client.get(f"/api/books/{SPECULUM}/quote", params={"page": "99"})).status == 404
+    assert (
+        await client.get(f"/api/books/{SPECULUM}/text", params={"content": "translation", "from": "5"})
+    ).status == 200
+    limits = await (await client.get("/api/rate_limit")).json()
     assert limits["pools"]["text"]["used"] == 3  # pages 6, 7 and 8: page 5 has no translation and costs nothing
 
 
@@ -281,7 +287,7 @@ async def test_get_quotes_by_list_and_by_range(client: TestClient) -> None:
     ranged = await _get_quotes(client, **{"from": 6, "to": 30})
     assert [q["quote"]["page"] for q in ranged["quotes"]] == [6, 7, 8]
     assert (ranged["pages_served"], ranged["truncated"]) == (3, False)
-    limits = await (await client.get("/rate_limit")).json()
+    limits = await (await client.get("/api/rate_limit")).json()
     assert limits["pools"]["text"]["used"] == 5
 
 
@@ -315,7 +321,7 @@ async def test_get_quotes_over_mcp_seals_each_field_for_a_key(make_client: Any, 
         "method": "tools/call",
         "params": {"name": "get_quotes", "arguments": {"book_id": GART, "pages": [1, 2]}},
     }
-    resp = await client.post("/mcp", json=message, headers={"Authorization": f"Bearer {key}"})
+    resp = await client.post("/api/mcp", json=message, headers={"Authorization": f"Bearer {key}"})
     result = (await resp.json())["result"]
     assert not result.get("isError")
     quotes = result["structuredContent"]["quotes"]
@@ -327,5 +333,5 @@ async def test_get_quotes_over_mcp_seals_each_field_for_a_key(make_client: Any, 
         texts = _texts(q["quote"])
         assert len(texts) == 3
         assert all(decode(t, secret).note.key_ref == ref for t in texts)  # type: ignore[union-attr]
-    limits = await (await client.get("/rate_limit", headers={"Authorization": f"Bearer {key}"})).json()
+    limits = await (await client.get("/api/rate_limit", headers={"Authorization": f"Bearer {key}"})).json()
     assert (limits["pools"]["text"]["used"], limits["pools"]["images"]["used"]) == (2, 0)

@@ -25,7 +25,7 @@ async def test_budget_is_exact_across_two_instances(make_client: MakeClient, red
 
     async def one(i: int) -> int:
         client = first if i % 2 else second
-        async with client.get("/image", params=THUMB, headers=headers) as resp:
+        async with client.get("/api/image", params=THUMB, headers=headers) as resp:
             await resp.read()
             return resp.status
 
@@ -33,7 +33,7 @@ async def test_budget_is_exact_across_two_instances(make_client: MakeClient, red
     assert statuses.count(200) == 500
     assert statuses.count(429) == 500
     for client in (first, second):
-        quota = await (await client.get("/rate_limit", headers=headers)).json()
+        quota = await (await client.get("/api/rate_limit", headers=headers)).json()
         assert quota["pools"]["images"]["used"] == 1000
 
 
@@ -42,6 +42,6 @@ async def test_request_limit_is_shared(make_client: MakeClient, redis_server: st
     second = await make_client(access_backend="redis", redis_url=redis_server, trusted_proxies=("127.0.0.1",))
     address = f"198.51.100.{time.time_ns() % 250 + 1}"
     headers = {"X-Forwarded-For": address}
-    statuses = [(await (first if i % 2 else second).get("/books", headers=headers)).status for i in range(61)]
+    statuses = [(await (first if i % 2 else second).get("/api/books", headers=headers)).status for i in range(61)]
     assert statuses[:60] == [200] * 60
     assert statuses[60] == 429
