@@ -124,7 +124,9 @@ class Settings:
     jpeg_quality: int = _opt(88, "JPEG quality of derived tiers (1-95).", _positive_int)
     mark_min_side: int = _opt(600, "Images whose longest side is below this get no visible mark.", _positive_int)
     site_name: str = _opt("imagesvc demo library", "Site name written into visible marks.", str)
-    workers: int = _opt(max(1, os.cpu_count() or 1), "Processes used for image work during ingest.", _positive_int)
+    workers: int = _opt(
+        max(1, os.cpu_count() or 1), "Processes used for image work during ingest and `imagesvc index`.", _positive_int
+    )
     access_backend: str = _opt(
         "sqlite", "Where budgets and rate limits live: sqlite or redis.", _choice("sqlite", "redis")
     )
@@ -191,7 +193,9 @@ class Settings:
         "auto", "Where CLIP runs: auto (CUDA when present), cpu or cuda.", _choice("auto", "cpu", "cuda")
     )
     clip_threads: int = _opt(2, "CPU threads torch may use for CLIP.", _positive_int)
-    clip_batch: int = _opt(64, "Images per CLIP batch during `imagesvc index`.", _positive_int)
+    clip_batch: int = _opt(
+        0, "Images per CLIP batch during `imagesvc index` (0: by device, 256 on a GPU, 64 on a CPU).", _non_negative_int
+    )
     snapshot_prefix: str = _opt(
         "",
         "Key prefix in the object store under which catalog snapshots live (empty: off; never under the public "

@@ -146,6 +146,12 @@ class Encoder:
             log.info("CLIP %s on %s, %d-d", self.spec.describe(), self._device, self.dims)
 
     @property
+    def device(self) -> str:
+        """Where the model runs: "cuda" or "cpu" (loads the model)."""
+        self.load()
+        return self._device
+
+    @property
     def image_size(self) -> int:
         self.load()
         size = self._model.visual.image_size
@@ -162,6 +168,51 @@ class Encoder:
         with torch.inference_mode():
             out = self._model.encode_image(batch)
         return _normalise(out.float().cpu().numpy())
+
+    def encode_pixels(self, pixels: Any) -> np.ndarray:
+        """Embeddings of N × S × S × 3 uint8 pixels (numpy, or a tensor already on the device), one row each.
+
+        The transform's normalisation runs here as tensor arithmetic on the model's device, so the host only ever
+        moves uint8 bytes (a quarter of float32's); see ``imagesvc.search.prepare`` for the resize and crop.
+        """
+        self.load()
+        import torch
+
+        if isinstance(pixels, np.ndarray):
+            pixels = torch.from_numpy(pixels if pixels.flags.writeable else pixels.copy())
+        batch = pixels
+        if batch.device.type != self._device:
+            batch = (batch.pin_memory() if self._device == "cuda" else batch).to(self._device, non_blocking=True)
+        mean, std = self._stats
+        dtype = torch.float16 if self._device == "cuda" else torch.float32
+        batch = batch.permute(0, 3, 1, 2).to(dtype).div_(255).sub_(mean.to(dtype)).div_(std.to(dtype))
+        with torch.inference_mode():
+            out = self._model.encode_image(batch.contiguous(memory_format=torch.channels_last))
+        return _normalise(out.float().cpu().numpy())
+
+    def decode_on_device(self, datas: Sequence[bytes | None]) -> tuple[Any, list[int]]:
+        """Decode and resize a slice of encoded images on the GPU (nvJPEG); N × S × S × 3 uint8 and kept positions.
+
+        Images the GPU decoder refuses (not JPEG, CMYK, corrupt) are prepared on the CPU instead; undecodable ones
+        are left out, as ``prepare_slice`` does.
+        """
+        from imagesvc.search.gpu_decode import decode_resize
+
+        self.load()
+        return decode_resize(datas, self.image_size, self._device)
+
+    @property
+    def _stats(self) -> tuple[Any, Any]:
+        import torch
+
+        cfg = getattr(self._model.visual, "preprocess_cfg", {}) or {}
+        mean = cfg.get("mean", (0.48145466, 0.4578275, 0.40821073))
+        std = cfg.get("std", (0.26862954, 0.26130258, 0.27577711))
+        shape = (1, 3, 1, 1)
+        return (
+            torch.tensor(mean, device=self._device).view(shape),
+            torch.tensor(std, device=self._device).view(shape),
+        )
 
     def encode_text(self, texts: Sequence[str]) -> np.ndarray:
         """Embeddings of text queries, one normalised row each (blocking)."""

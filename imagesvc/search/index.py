@@ -2,15 +2,20 @@
 
 Only illustrations that are new, or whose content hash changed, are embedded; vectors of the others are carried over
 unchanged, and those of removed illustrations are dropped. A different model or weights re-embeds everything.
-Images are read from the stored clean thumbnail tier and decoded at reduced size (JPEG draft mode).
+Images are read from the stored clean thumbnail tier; reads, decoding (over every core, or on the GPU) and the model
+overlap in ``imagesvc.search.pipeline``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
+import multiprocessing
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,6 +25,7 @@ from PIL import Image
 from imagesvc.catalog.schema import SCHEMA_VERSION
 from imagesvc.errors import InvalidRequest
 from imagesvc.search.clip import Encoder
+from imagesvc.search.pipeline import Plan, embed_images, plan_for
 from imagesvc.search.vectors import VectorIndex, load_index, save_index
 
 __all__ = ["IndexSummary", "decode_for_clip", "run_index"]
@@ -86,22 +92,14 @@ async def run_index(
     previous = {iid: (h, n) for n, (iid, h) in enumerate(zip(old.ids, old.hashes, strict=True))} if old else {}
     todo = [r for r in rows if r["id"] not in previous or previous[r["id"]][0] != (r["content_sha256"] or "")]
     tiers = catalog.renditions(r["id"] for r in todo)
-    fresh: dict[str, np.ndarray] = {}
-    failed = 0
     bar = _progress(len(todo), progress)
-    size = encoder.image_size
-    batch = max(1, settings.clip_batch)
-    for start in range(0, len(todo), batch):
-        chunk = todo[start : start + batch]
-        datas = await asyncio.gather(*(_read(store, tiers.get(r["id"], {})) for r in chunk))
-        images, ids = await asyncio.to_thread(
-            _decode_all, [(r["id"], d) for r, d in zip(chunk, datas, strict=True)], size
-        )
-        failed += len(chunk) - len(ids)
-        if ids:
-            vectors = await asyncio.to_thread(encoder.encode_images, images)
-            fresh.update(zip(ids, vectors, strict=True))
-        bar.update(len(chunk))
+
+    async def read(iid: str) -> bytes | None:
+        return await _read(store, tiers.get(iid, {}))
+
+    plan = plan_for(encoder.device, settings.clip_batch, settings.workers)
+    with _decode_pool(plan) as pool:
+        fresh, failed = await embed_images([r["id"] for r in todo], read, encoder, plan, pool, on_progress=bar.update)
     bar.close()
     out_ids: list[str] = []
     out_hashes: list[str] = []
@@ -142,17 +140,17 @@ async def _read(store: Any, tiers: dict[str, dict[str, Any]]) -> bytes | None:
     return None
 
 
-def _decode_all(items: list[tuple[str, bytes | None]], size: int) -> tuple[list[Image.Image], list[str]]:
-    images, ids = [], []
-    for iid, data in items:
-        if data is None:
-            continue
-        try:
-            images.append(decode_for_clip(data, size))
-            ids.append(iid)
-        except (OSError, ValueError, Image.DecompressionBombError) as exc:
-            log.warning("cannot decode illustration %s: %s", iid, exc)
-    return images, ids
+@contextlib.contextmanager
+def _decode_pool(plan: Plan) -> Iterator[ProcessPoolExecutor | None]:
+    """Decoder processes for CPU decoding (none when the GPU decodes); spawned, so no torch state is forked."""
+    if plan.gpu_decode:
+        yield None
+        return
+    pool = ProcessPoolExecutor(plan.decoders, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield pool
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def _progress(total: int, enabled: bool) -> Any:
