@@ -37,7 +37,10 @@ class Plan:
 
     @property
     def slice(self) -> int:
-        """Images per decoding task: small enough to spread one batch over every decoder, big enough to amortise."""
+        """Images per decoding task: on the GPU a whole batch (one nvJPEG call, one resampling op); on the CPU small
+        enough to spread one batch over every decoder process, big enough to amortise the hand-over."""
+        if self.gpu_decode:
+            return self.batch
         return max(8, min(64, self.batch // max(1, self.decoders)))
 
 
@@ -123,7 +126,7 @@ async def embed_images(
                 await _run_batch(encoder, pending, vectors, on_progress)
                 pending, count = [], 0
 
-    workers = 2 if plan.gpu_decode else plan.decoders
+    workers = 3 if plan.gpu_decode else plan.decoders  # GPU: threads, so one batch decodes while the next is read
     await asyncio.gather(reader(), model(), *(decoder() for _ in range(workers)))
     return vectors, len(ids) - len(vectors)
 

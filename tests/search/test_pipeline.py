@@ -90,4 +90,22 @@ def test_the_plan_follows_the_device() -> None:
     assert (gpu.batch, gpu.gpu_decode) == (256, True)
     assert (cpu.batch, cpu.gpu_decode, cpu.decoders) == (64, False, 2)
     assert plan_for("cpu", batch=32).batch == 32  # IMAGESVC_CLIP_BATCH wins when set
-    assert 8 <= gpu.slice <= 64 and gpu.slice * gpu.decoders <= gpu.batch
+    assert gpu.slice == gpu.batch  # one nvJPEG call per batch
+    cpu16 = plan_for("cpu", decoders=16, batch=256)
+    assert 8 <= cpu16.slice <= 64 and cpu16.slice * cpu16.decoders <= cpu16.batch  # every decoder gets a share
+
+
+def test_batched_resampling_matches_the_cpu_path() -> None:
+    """The GPU path's one-op resize and centre crop (run here on the CPU) agrees with Pillow's, image by image."""
+    import torch
+
+    from imagesvc.search.gpu_decode import _resize_crop
+
+    shapes = [(300, 200), (200, 300), (300, 300), (240, 300), (300, 181)]
+    blobs = [encoded(w, h, "PNG", seed=n) for n, (w, h) in enumerate(shapes)]
+    images = [torch.from_numpy(np.array(Image.open(io.BytesIO(b)).convert("RGB"))).permute(2, 0, 1) for b in blobs]
+    batch = _resize_crop(images, 224).permute(0, 2, 3, 1).numpy().astype(float)
+    for n, blob in enumerate(blobs):
+        reference = prepare_one(blob, 224).astype(float)
+        assert batch[n].shape == reference.shape
+        assert np.abs(batch[n] - reference).mean() <= 3.0, shapes[n]
