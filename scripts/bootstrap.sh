@@ -11,7 +11,8 @@ fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,clip]' 2>&1 | grep -v 'is ignored' || true
 # iiif-prezi3 (IIIF Presentation 3 models, used by the tests to validate manifests) pins Pillow<=12.0.0 for its own
 # image helpers, which the tests do not use; installed without its dependencies so Pillow stays current.
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps 'iiif-prezi3==3.1.1' 2>&1 \
+prezi=$("$venv/bin/python" -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["prezi"])')
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps $prezi 2>&1 \
   | grep -v 'is ignored' || true
 # open_clip is imported through imagesvc.search.clip, which first registers two torchvision operators this torch
 # build lacks (see NOTES on CLIP); importing it bare here would fail for that reason alone.

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from imagesvc.settings import SettingsError, load_settings
+from tests.parts import missing_part
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"
 SECRETS = {"MINIO_ROOT_PASSWORD": "minio-pw", "IMAGESVC_SESSION_SECRET": "s", "IMAGESVC_COLOPHON_SECRET": "c"}
@@ -24,7 +25,7 @@ def _tool(*names: str) -> str:
         found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
         if found:
             return found
-    pytest.skip(f"none of {', '.join(names)} is installed")
+    missing_part(f"none of {', '.join(names)} is installed (make test installs them)")
 
 
 def _compose_config(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

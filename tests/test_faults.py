@@ -25,6 +25,7 @@ from imagesvc.catalog import Catalog
 from imagesvc.catalog.keys import create_key
 from imagesvc.storage.s3 import S3Config, S3Store
 from tests.library import copy_library, run_ingest, settings_for
+from tests.parts import missing_part
 from tests.servers import free_port
 
 GOOD_PAGE = {"book": "demo-broken-scans", "page": "1", "tier": "thumb"}
@@ -131,7 +132,7 @@ class Redis:
     def __init__(self) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
-            pytest.skip("redis-server is not installed (scripts/install-system-deps.sh installs it)")
+            missing_part("redis-server is not installed (scripts/install-system-deps.sh installs it)")
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from aiohttp.test_utils import TestClient
 
-prezi3 = pytest.importorskip("iiif_prezi3")
+from tests.parts import import_part
+
+prezi3 = import_part("iiif_prezi3", "scripts/bootstrap.sh installs iiif-prezi3")
 
 RTL = "demo-sefer-maarekhet-ha-kokhavim"
 

@@ -8,14 +8,14 @@ import shutil
 import sys
 from pathlib import Path
 
-import pytest
 from aiohttp.test_utils import TestServer
 from PIL import Image
 
 from imagesvc.app import build_app
 from tests.library import settings_for
+from tests.parts import import_part
 
-validator = pytest.importorskip("iiif_validator.validator")
+validator = import_part("iiif_validator.validator", "make test installs iiif-validator (and libmagic1)")
 
 TEST_ID = "validator-squares"
 
