@@ -78,8 +78,9 @@ def _names(schema: dict[str, Any]) -> dict[str, str]:
 def query_arguments(request: web.Request, schema: dict[str, Any], *, skip: Iterable[str] = ()) -> dict[str, Any]:
     """The query string of ``request`` as typed arguments of ``schema``; ``skip`` names the path's parameters.
 
-    400 for a name the schema does not take (or that the path already gives), a scalar given twice, or a value that
-    breaks the schema; aliases are renamed to canonical names.
+    400 for a name the schema does not take (or that the path already gives) and for a scalar given twice. Values
+    that do not parse stay strings, for the schema's validation to refuse; aliases keep their name for
+    ``tools.arguments.canonical`` to rename (and to refuse alongside their canonical name).
     """
     where = route_name(request)
     skipped = set(skip)
