@@ -119,6 +119,8 @@ def validate(where: str, schema: dict[str, Any], arguments: dict[str, Any]) -> N
         for name in arguments:
             if name not in known:
                 raise unknown_name(where, name, schema)
+    if _plainly_valid(schema, arguments):
+        return
     errors = list(_validator(schema).iter_errors(arguments))
     if not errors:
         return
@@ -130,6 +132,34 @@ def validate(where: str, schema: dict[str, Any], arguments: dict[str, Any]) -> N
         recovery=[f"See the parameters of {where} in /llms.txt, /api/openapi.json or MCP tools/list."],
         details={"parameter": name},
     )
+
+
+_TYPES: dict[str, tuple[type, ...]] = {"integer": (int,), "number": (int, float), "string": (str,), "boolean": (bool,)}
+_PLAIN = frozenset({"type", "minimum", "maximum", "enum", "minLength", "maxLength", "default", "description", ALIASES})
+
+
+def _plainly_valid(schema: dict[str, Any], arguments: dict[str, Any]) -> bool:
+    """True when every argument is a scalar that meets its property's simple rules (type, bounds, enum, length):
+    the common case, checked in microseconds. False means "ask jsonschema", which also writes the message."""
+    props = schema.get("properties", {})
+    if any(name not in arguments for name in schema.get("required", ())):
+        return False
+    for name, value in arguments.items():
+        prop = props.get(name)
+        if prop is None or not _PLAIN.issuperset(prop) or isinstance(value, bool) != (prop.get("type") == "boolean"):
+            return False
+        kind = prop.get("type")
+        if kind is not None and not isinstance(value, _TYPES.get(kind, ())):
+            return False
+        if "enum" in prop and value not in prop["enum"]:
+            return False
+        if ("minimum" in prop and value < prop["minimum"]) or ("maximum" in prop and value > prop["maximum"]):
+            return False
+        if ("minLength" in prop and len(value) < prop["minLength"]) or (
+            "maxLength" in prop and len(value) > prop["maxLength"]
+        ):
+            return False
+    return True
 
 
 _VALIDATORS: dict[int, tuple[dict[str, Any], jsonschema.Draft202012Validator]] = {}
