@@ -162,8 +162,10 @@ def llms_document(routes: Any, origin: str, base_path: str = "") -> str:
         "",
         "## Command line",
         "",
-        "imagesvc tools lists the tools; imagesvc <tool> --<argument> <value> ... calls one (--json for raw JSON,",
-        "--url for the MCP endpoint, --key or IMAGESVC_KEY for a key).",
+        "imagesvc tools lists the tools; imagesvc <tool> --<argument> <value> ... calls one, with the argument names",
+        "above (aliases too). --json prints raw JSON, and on failure the JSON error shape, with exit status 1 (2 for a",
+        "bad command line). --url or IMAGESVC_URL names the MCP endpoint (default: the local server at IMAGESVC_PORT);",
+        "--key or IMAGESVC_KEY sends a key.",
         "",
     ]
     return "\n".join(lines)

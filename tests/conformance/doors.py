@@ -49,9 +49,11 @@ class Doors:
             aiohttp.ClientSession() as http,
             http.request(method, f"{self.origin}{path}", params=params, headers=self._auth()) as resp,
         ):
-            text = await resp.text()
-            ctype = resp.content_type
-            body = json.loads(text) if ctype.endswith("json") and text else text
+            raw, ctype = await resp.read(), resp.content_type
+            if ctype.endswith("json") and raw:
+                body: Any = json.loads(raw)
+            else:
+                body = raw.decode() if ctype.startswith("text/") else raw
             return Answer(resp.status < 400, body, resp.status, dict(resp.headers))
 
     async def rpc(self, tool: str, arguments: dict[str, Any]) -> Answer:

@@ -114,3 +114,12 @@ async def test_books_library_limit_is_at_most_200_and_every_answer_has_a_total(d
 async def test_a_query_on_the_mcp_endpoint_is_refused_too(server: TestServer, doors: Doors) -> None:
     answer = await doors.rest("/api/mcp", {"session": "1"}, method="POST")
     assert answer.status == 400 and answer.body["parameter"] == "session"
+
+
+async def test_image_and_iiif_take_an_upper_case_hex_id(doors: Doors) -> None:
+    hex_id = (await doors.rest(f"/api/books/{BOOK}")).body["id"]
+    for book in (hex_id, hex_id.upper()):
+        image = await doors.rest("/api/image", {"book_id": book, "page": "1", "tier": "thumb"})
+        assert image.status == 200 and image.headers["Content-Type"] == "image/jpeg", image.body
+        info = await doors.rest(f"/iiif/3/{book}-1/info.json")
+        assert info.status == 200 and info.body["width"] > 0, info.body
