@@ -134,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(settings, args))
     except ImagesvcError as exc:
+        if getattr(args, "json", False):  # scripts read stdout: the one JSON error shape
+            print(json.dumps(exc.to_dict(), indent=2, ensure_ascii=False))
         print(f"imagesvc: {exc.code}: {exc.message}", file=sys.stderr)
         for hint in exc.recovery:
             print(f"  hint: {hint}", file=sys.stderr)

@@ -1,7 +1,12 @@
 """The command-line tool client: ``imagesvc tools`` and ``imagesvc <tool> --arg value``, over a server's MCP endpoint.
 
 Arguments and help come from the schemas the server lists in ``tools/list``, so the client offers exactly the tools
-of the server it talks to. Exit status: 0 on success, 1 when the call failed (message on stderr), 2 for bad usage.
+of the server it talks to, under the same names (aliases included). Exit status: 0 on success, 1 when the call
+failed (message on stderr), 2 for bad usage; under ``--json`` a failure also prints the JSON error shape on stdout.
+
+The server is ``--url``, else ``IMAGESVC_URL``, else the local server as this environment configures it
+(``IMAGESVC_HOST``, ``IMAGESVC_PORT``, ``IMAGESVC_BASE_PATH``). ``IMAGESVC_URL`` and ``IMAGESVC_KEY`` are the
+client's own variables (``settings.CLIENT_VARIABLES``), not server settings.
 """
 
 from __future__ import annotations
@@ -12,23 +17,66 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
 
 import aiohttp
 
-__all__ = ["DEFAULT_URL", "ClientError", "build_tool_parser", "main", "render", "rpc"]
+__all__ = ["ClientError", "UsageError", "build_tool_parser", "default_url", "main", "render", "rpc"]
 
-DEFAULT_URL = "http://127.0.0.1:8080/api/mcp"
+ALIASES = "x-aliases"  # a schema property's other accepted names (imagesvc.tools.arguments)
 _ids = itertools.count(1)
 
 
 class ClientError(Exception):
-    """A failure to report on stderr: the server's error code and message, with recovery hints."""
+    """A failure to report: an error code (the server's, or ``unavailable`` when it cannot be reached), a message,
+    recovery hints, and the exit status."""
 
-    def __init__(self, message: str, hints: Sequence[str] = ()) -> None:
+    exit_status = 1
+
+    def __init__(
+        self, message: str, hints: Sequence[str] = (), code: str = "unavailable", body: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.hints = list(hints)
+        self.code = code
+        self.body = body
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON error shape every door uses, ``{error, message, recovery, ...}``: the server's, when it sent one."""
+        own = {"error": self.code, "message": str(self), "recovery": self.hints}
+        return self.body if self.body is not None else own
+
+
+class UsageError(ClientError):
+    """A command line the client cannot run (unknown option, missing argument): exit status 2."""
+
+    exit_status = 2
+
+    def __init__(self, message: str, hints: Sequence[str] = ()) -> None:
+        super().__init__(message, hints, code="invalid_request")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ``UsageError`` instead of exiting, so ``--json`` can report it as JSON."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}", [f"See '{self.prog} --help'."])
+
+
+def default_url(environ: Mapping[str, str]) -> str:
+    """``IMAGESVC_URL``, else the MCP endpoint of the server this environment configures (host, port, base path)."""
+    if environ.get("IMAGESVC_URL"):
+        return environ["IMAGESVC_URL"]
+    from imagesvc.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(environ)
+    except SettingsError as exc:
+        raise UsageError(f"cannot work out the server's URL: {exc}", ["Pass --url or set IMAGESVC_URL."]) from None
+    host = settings.host if settings.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{settings.port}{settings.base_path}/mcp"
 
 
 async def rpc(url: str, key: str | None, method: str, params: dict[str, Any] | None = None) -> Any:
@@ -47,11 +95,12 @@ async def rpc(url: str, key: str | None, method: str, params: dict[str, Any] | N
     except ValueError:
         raise ClientError(f"{url} did not answer with JSON; is it an imagesvc /mcp endpoint?") from None
     if isinstance(body, dict) and "error" in body and "jsonrpc" not in body:  # an HTTP error (e.g. 429)
-        raise ClientError(f"{body['error']}: {body.get('message', '')}", body.get("recovery", []))
+        raise ClientError(str(body.get("message", "")), body.get("recovery", []), code=str(body["error"]), body=body)
     if not isinstance(body, dict) or "jsonrpc" not in body:
         raise ClientError(f"{url} answered HTTP {resp.status} without a JSON-RPC response.")
     if "error" in body:
-        raise ClientError(f"{body['error'].get('message', 'error')} (JSON-RPC {body['error'].get('code')})")
+        error = body["error"]
+        raise ClientError(f"{error.get('message', 'error')} (JSON-RPC {error.get('code')})", code="invalid_request")
     return body["result"]
 
 
@@ -69,12 +118,13 @@ def build_tool_parser(spec: dict[str, Any]) -> argparse.ArgumentParser:
 
     Booleans are ``--flag``/``--no-flag``; arrays repeat (``--pages 1 --pages 2``) or take a comma list (``1,2``).
     """
-    parser = argparse.ArgumentParser(prog=f"imagesvc {spec['name']}", description=spec.get("description"))
+    parser = _Parser(prog=f"imagesvc {spec['name']}", description=spec.get("description"))
     parser.add_argument("--json", action="store_true", help="print the raw JSON result")
     schema = spec.get("inputSchema", {})
     required = set(schema.get("required", ()))
     for name, prop in schema.get("properties", {}).items():
-        flags = list(dict.fromkeys([f"--{name}", f"--{name.replace('_', '-')}"]))
+        names = [name, *prop.get(ALIASES, [])]
+        flags = list(dict.fromkeys(flag for n in names for flag in (f"--{n}", f"--{n.replace('_', '-')}")))
         text = prop.get("description", "")
         if "default" in prop:
             text += f" (default: {json.dumps(prop['default'])})"
@@ -104,7 +154,7 @@ def _arguments(spec: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
             try:
                 value = [convert(part) for item in value for part in item.split(",") if part.strip()]
             except ValueError as exc:
-                raise ClientError(f"--{name}: {exc}") from None
+                raise UsageError(f"--{name}: {exc}") from None
         out[name] = value
     return out
 
@@ -139,7 +189,7 @@ async def _run(argv: list[str], url: str, key: str | None, as_json: bool) -> int
         return 0
     specs = {spec["name"]: spec for spec in listed}
     if argv[0] not in specs:
-        raise ClientError(f"the server has no tool {argv[0]!r}", [f"Tools: {', '.join(sorted(specs))}."])
+        raise UsageError(f"the server has no tool {argv[0]!r}", [f"Tools: {', '.join(sorted(specs))}."])
     spec = specs[argv[0]]
     values = vars(build_tool_parser(spec).parse_args(argv[1:]))
     as_json = as_json or bool(values.get("json"))
@@ -148,25 +198,30 @@ async def _run(argv: list[str], url: str, key: str | None, as_json: bool) -> int
     if body is None:
         body = next((json.loads(c["text"]) for c in result.get("content", []) if c.get("type") == "text"), {})
     if result.get("isError"):
-        raise ClientError(f"{body.get('error', 'error')}: {body.get('message', '')}", body.get("recovery", []))
+        code = str(body.get("error", "error"))
+        raise ClientError(str(body.get("message", "")), body.get("recovery", []), code=code, body=body)
     print(json.dumps(body, indent=2, ensure_ascii=False) if as_json else "\n".join(render(body)))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``imagesvc [--url URL] [--key KEY] [--json] (tools | <tool> [--arg value ...])``."""
-    front = argparse.ArgumentParser(prog="imagesvc", add_help=False, allow_abbrev=False)
-    front.add_argument("--url", default=os.environ.get("IMAGESVC_URL", DEFAULT_URL), help="the server's /mcp URL")
+    args = list(sys.argv[1:] if argv is None else argv)
+    front = _Parser(prog="imagesvc", add_help=False, allow_abbrev=False)
+    front.add_argument("--url", help="the server's /mcp URL (or IMAGESVC_URL; default: the local server)")
     front.add_argument("--key", default=os.environ.get("IMAGESVC_KEY"), help="API key (or IMAGESVC_KEY)")
     front.add_argument("--json", action="store_true", help="print raw JSON")
-    options, rest = front.parse_known_args(list(sys.argv[1:] if argv is None else argv))
-    if not rest:
-        front.print_usage(sys.stderr)
-        return 2
+    as_json = "--json" in args
     try:
-        return asyncio.run(_run(rest, options.url, options.key, options.json))
+        options, rest = front.parse_known_args(args)
+        if not rest:
+            raise UsageError("say which tool to call, or 'tools' to list them", [front.format_usage().strip()])
+        url = options.url or default_url(os.environ)
+        return asyncio.run(_run(rest, url, options.key, options.json))
     except ClientError as exc:
-        print(f"imagesvc: {exc}", file=sys.stderr)
+        if as_json:  # scripts read stdout: the error shape, whole
+            print(json.dumps(exc.to_dict(), indent=2, ensure_ascii=False))
+        print(f"imagesvc: {exc.code}: {exc}" if exc.code != "invalid_request" else f"imagesvc: {exc}", file=sys.stderr)
         for hint in exc.hints:
             print(f"  hint: {hint}", file=sys.stderr)
-        return 1
+        return exc.exit_status

@@ -17,6 +17,9 @@ from typing import Any
 __all__ = ["FIELDS", "Settings", "SettingsError", "env_name", "load_settings"]
 
 PREFIX = "IMAGESVC_"
+# The command-line tool client's own variables (imagesvc/client.py, README "Tools"): not server settings, so the
+# strict loader leaves them alone and `imagesvc settings` works in a shell that sets them.
+CLIENT_VARIABLES = ("IMAGESVC_URL", "IMAGESVC_KEY")
 
 
 class SettingsError(ValueError):
@@ -243,7 +246,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
     """Read every ``IMAGESVC_*`` variable; unknown ``IMAGESVC_*`` names and bad values raise ``SettingsError``."""
     env = os.environ if environ is None else environ
     known = {env_name(spec) for spec in FIELDS}
-    unknown = sorted(name for name in env if name.startswith(PREFIX) and name not in known and name != "IMAGESVC_KEY")
+    unknown = sorted(name for name in env if name.startswith(PREFIX) and name not in known | set(CLIENT_VARIABLES))
     if unknown:
         raise SettingsError(f"unknown setting {unknown[0]}; known settings: {', '.join(sorted(known))}")
     values: dict[str, Any] = {}

@@ -16,9 +16,15 @@ from typing import Any
 
 from imagesvc.catalog.schema import SCHEMA_VERSION, migrate
 
-__all__ = ["Catalog", "book_id_for", "illustration_id", "page_id"]
+__all__ = ["Catalog", "book_id_for", "fold", "illustration_id", "page_id"]
 
 _JSON_COLUMNS = ("chapters", "edition", "subjects", "figures", "symbols")
+
+
+def fold(identifier: str) -> str:
+    """An id or slug as stored: ids are lower-case hex and slugs lower-case by construction (the manifest schema),
+    so a look-up folds case and an upper-case hex id, as some clients write them, still finds its book."""
+    return identifier.lower()
 
 
 def book_id_for(slug: str) -> str:
@@ -121,7 +127,7 @@ class Catalog:
             else ""
         )
         return self.query_one(
-            f"SELECT b.*{extra} FROM books b WHERE (id = ? OR slug = ?) AND withdrawn = 0", (id_or_slug, id_or_slug)
+            f"SELECT b.*{extra} FROM books b WHERE (id = ? OR slug = ?) AND withdrawn = 0", (fold(id_or_slug),) * 2
         )
 
     def pages(self, book_id: str, first: int | None = None, last: int | None = None) -> list[dict[str, Any]]:
@@ -147,7 +153,7 @@ class Catalog:
             " FROM books b LEFT JOIN pages p ON p.book_id = b.id AND p.number = ?"
             " LEFT JOIN renditions r ON r.owner = p.id AND r.tier = ?"
             " WHERE (b.id = ? OR b.slug = ?) AND b.withdrawn = 0",
-            (number, tier, id_or_slug, id_or_slug),
+            (number, tier, fold(id_or_slug), fold(id_or_slug)),
         )
 
     def page_numbers(self, book_id: str) -> list[int]:
@@ -173,7 +179,7 @@ class Catalog:
         return self.query_one(
             "SELECT i.* FROM illustrations i JOIN books b ON b.id = i.book_id "
             "WHERE i.id = ? AND i.removed = 0 AND b.withdrawn = 0",
-            (illustration_id,),
+            (fold(illustration_id),),
         )
 
     def book_illustrations(self, book_id: str) -> list[dict[str, Any]]:
@@ -183,7 +189,7 @@ class Catalog:
 
     def live_illustrations(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The live illustrations among ``ids``, by id (missing, removed or withdrawn ones are absent)."""
-        ids = list(ids)
+        ids = [fold(i) for i in ids]
         out: dict[str, dict[str, Any]] = {}
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
@@ -206,6 +212,7 @@ class Catalog:
         return rows
 
     def collection(self, slug: str) -> dict[str, Any] | None:
+        slug = fold(slug)
         row = self.query_one("SELECT * FROM collections WHERE slug = ?", (slug,))
         if row is not None:
             row["item_ids"] = self._item_ids(slug)

@@ -67,10 +67,10 @@ class Call:
 
 
 async def call(services: Any, name: str, arguments: dict[str, Any] | None, call: Call) -> dict[str, Any]:
-    """Validate ``arguments`` against the tool's input schema, then run it. Unknown tools are ``NotFound``."""
-    import jsonschema
-
-    from imagesvc.errors import InvalidRequest, NotFound
+    """Check ``arguments`` against the tool's input schema (aliases renamed, unknown names refused, defaults filled),
+    then run it. Unknown tools are ``NotFound``; bad arguments are ``InvalidRequest`` naming the parameter."""
+    from imagesvc.errors import NotFound
+    from imagesvc.tools.arguments import canonical, validate, with_defaults
 
     tools = load_all()
     if name not in tools:
@@ -79,14 +79,6 @@ async def call(services: Any, name: str, arguments: dict[str, Any] | None, call:
             recovery=[f"Use one of: {', '.join(sorted(tools))}."],
         )
     spec = tools[name]
-    arguments = dict(arguments or {})
-    errors = sorted(jsonschema.Draft202012Validator(spec.input_schema).iter_errors(arguments), key=str)
-    if errors:
-        err = errors[0]
-        where = ".".join(map(str, err.absolute_path)) or "arguments"
-        raise InvalidRequest(
-            f"{name}: {where}: {err.message}",
-            recovery=[f"See the input schema of {name} in tools/list or /openapi.json."],
-            details={"argument": where},
-        )
-    return await spec.func(services, call, **arguments)
+    arguments = canonical(name, spec.input_schema, dict(arguments or {}))
+    validate(name, spec.input_schema, arguments)
+    return await spec.func(services, call, **with_defaults(spec.input_schema, arguments))

@@ -78,10 +78,11 @@ async def get_book_text(
     numbers = services.catalog.page_numbers(book["id"])
     if not numbers:
         raise no_page(book, numbers, "pages")
-    first, last = page_range(bounds, numbers[0], numbers[-1])
+    # an open range ends at the last page, or at 'from' when that lies past it: 'from' alone is never blamed on a 'to'
+    first, last = page_range(bounds, numbers[0], max(numbers[-1], bounds.get("from", numbers[0])))
     in_range = [n for n in numbers if first <= n <= last]
     if not in_range:
-        raise no_page(book, numbers, f"page in {first}–{last}")
+        raise no_page(book, numbers, f"page in {first}–{last}" if "to" in bounds else f"page {first} or later")
     cut = in_range[:MAX_TEXT_PAGES]
     pages = services.catalog.pages(book["id"], cut[0], cut[-1])
     fields = _FIELDS[content]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from imagesvc.catalog import fold
 from imagesvc.errors import NotFound
 from imagesvc.search.engine import engine_for
 from imagesvc.search.gallery import Query
@@ -57,22 +58,35 @@ def gallery_items(services: Services, ids: list[str], extra: list[dict[str, Any]
     return out
 
 
+YEAR = {"type": "integer", "minimum": -9999, "maximum": 9999}
 SEARCH_SCHEMA = {
     "properties": {
-        "query": {"type": "string", "maxLength": 500, "description": "Free text: what the picture shows."},
-        "like": {"type": "string", "minLength": 1, "description": "More like this: an illustration id."},
+        "query": {
+            "type": "string",
+            "maxLength": 500,
+            "description": "Free text: what the picture shows.",
+            "x-aliases": ["q"],
+        },
         "type": _TERM,
         "subject": _TERM,
         "figure": _TERM,
         "symbol": _TERM,
-        "year_from": {"type": "integer"},
-        "year_to": {"type": "integer"},
-        "book_id": {"type": "string", "minLength": 1, "description": "Book id or slug."},
-        "collection": {"type": "string", "minLength": 1, "description": "Collection slug."},
-        "max_per_book": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 3},
+        "year_from": {**YEAR, "description": "Earliest year, inclusive."},
+        "year_to": {**YEAR, "description": "Latest year, inclusive."},
+        "book_id": {"type": "string", "minLength": 1, "description": "Book id or slug.", "x-aliases": ["book"]},
         "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 20},
+        "maxPerBook": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1000,
+            "default": 3,
+            "description": "At most this many results per book (1000 to enumerate).",
+            "x-aliases": ["max_per_book"],
+        },
         "offset": {"type": "integer", "minimum": 0, "maximum": 100_000, "default": 0},
-        "min_score": {"type": "number", "minimum": -1, "maximum": 2},
+        "like": {"type": "string", "minLength": 1, "description": "More like this: an illustration id."},
+        "collection": {"type": "string", "minLength": 1, "description": "Collection slug."},
+        "min_score": {"type": "number", "minimum": -1, "maximum": 2, "description": "Drop results scored lower."},
     }
 }
 
@@ -85,7 +99,7 @@ async def search_images(
     like: str | None = None,
     book_id: str | None = None,
     collection: str | None = None,
-    max_per_book: int = 3,
+    maxPerBook: int = 3,
     limit: int = 20,
     offset: int = 0,
     **filters: Any,
@@ -93,7 +107,7 @@ async def search_images(
     """Search illustrations by what they show (CLIP, when weights are configured, fused with full text over
     descriptions, subjects, figures and symbols) and by type, subject, figure, symbol, year range, book or collection.
 
-    Filters apply before ranking; at most ``max_per_book`` results per book (1000 to enumerate). Each item has a
+    Filters apply before ranking; at most ``maxPerBook`` results per book (1000 to enumerate). Each item has a
     ``similarity`` (the ranking score; ``min_score`` drops lower ones). ``search.clip`` says whether CLIP is on.
     Unknown book, collection or ``like`` id: not_found.
     """
@@ -105,10 +119,10 @@ async def search_images(
         in_ids = frozenset(_require_collection(services, collection)["item_ids"])
     q = Query(
         text=(query or "").strip() or None,
-        like=like,
+        like=fold(like) if like is not None else None,
         book_ids=book_ids,
         in_ids=in_ids,
-        max_per_book=max_per_book,
+        max_per_book=maxPerBook,
         limit=limit,
         offset=offset,
         **filters,
@@ -134,6 +148,7 @@ async def search_images(
 async def get_image(services: Services, call: Call, id: str) -> dict[str, Any]:
     """One illustration's full metadata, museum description and source book context (title, author, year, DOI,
     page, citation URL) with the URL and size of each image tier. Unknown or removed id: not_found."""
+    id = fold(id)
     items = gallery_items(services, [id])
     if not items:
         raise NotFound(

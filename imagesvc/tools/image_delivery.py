@@ -100,11 +100,11 @@ async def locate_image(
     if tier not in IMAGE_TIERS:
         raise InvalidRequest(f"tier must be one of {', '.join(IMAGE_TIERS)}; got {tier!r}.")
     if illustration is not None and (book is not None or page is not None):
-        raise InvalidRequest("Give either illustration=<id>, or book=<id>&page=<n>, not both.")
+        raise InvalidRequest("Give either illustration=<id>, or book_id=<id>&page=<n>, not both.")
     if illustration is None and (book is None or page is None):
         raise InvalidRequest(
-            "Say which image: book=<id or slug>&page=<n>, or illustration=<id>.",
-            recovery=["Example: /image?book=<slug>&page=1&tier=display"],
+            "Say which image: book_id=<id or slug>&page=<n>, or illustration=<id>.",
+            recovery=["Example: /image?book_id=<slug>&page=1&tier=display"],
         )
     allowance = call.caller.allowance
     if clean and not allowance.clean_allowed:

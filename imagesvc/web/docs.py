@@ -14,7 +14,10 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc import __version__, tools
+from imagesvc.tools.arguments import ALIASES
 from imagesvc.web.keys import SERVICES
+from imagesvc.web.params import NONE, query_schema
+from imagesvc.web.rest import TOOL
 
 __all__ = [
     "ROUTE_DOCS",
@@ -25,55 +28,35 @@ __all__ = [
     "openapi_path",
     "route_doc",
     "route_parameters",
+    "route_tool",
 ]
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
-INTEGER = {"type": "integer", "minimum": 1}
 
 
 @dataclass(frozen=True)
 class RouteDoc:
-    """What the route table cannot say about a route: its tool, renamed query parameters, extra ones, its media."""
+    """What the handler cannot say about a route: a summary, its media type, other documented responses.
+
+    Its parameters are never written here: they are the query schema the handler declares (``params.accepts``, or
+    the tool's input schema for ``rest.tool_route``), the same one that parses requests.
+    """
 
     summary: str = ""
-    tool: str | None = None
-    rename: dict[str, str] = field(default_factory=dict)  # tool argument -> query parameter
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # extra query parameters and their schemas
     media: str = "application/json"
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # other documented responses by status
 
 
-_IMAGE_PARAMS = {
-    "book": {"type": "string", "description": "Book id or slug (with page)."},
-    "page": {**INTEGER, "description": "Page number (with book)."},
-    "illustration": {"type": "string", "description": "Illustration id, instead of book and page."},
-    "tier": {"enum": ["full", "display", "thumb"], "default": "display"},
-    "clean": {"type": "boolean", "default": False, "description": "Unmarked copy; full-tier keys only."},
-}
-_GALLERY = {"query": "q", "book_id": "book", "max_per_book": "maxPerBook"}
 _JSON_RPC_ERROR = {"type": "object", "required": ["jsonrpc", "error"], "properties": {"error": {"type": "object"}}}
 
 ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
     ("GET", "/health"): RouteDoc(extra={"503": {"description": "The object store does not answer."}}),
-    ("GET", "/books"): RouteDoc(tool="list_books"),
-    ("GET", "/books/{book_id}"): RouteDoc(tool="get_book"),
-    ("GET", "/books/{book_id}/quote"): RouteDoc(tool="get_quote"),
-    ("GET", "/books/{book_id}/text"): RouteDoc(tool="get_book_text"),
-    ("GET", "/verify"): RouteDoc("The get_quote tool with the book as a query parameter.", tool="get_quote"),
     ("GET", "/img/{path}"): RouteDoc(media="image/jpeg", extra={"304": {"description": "Not modified."}}),
-    ("GET", "/image"): RouteDoc(params=_IMAGE_PARAMS, media="image/jpeg", extra={"304": {"description": "Cached."}}),
-    ("GET", "/gallery"): RouteDoc(tool="search_images", rename=_GALLERY),
-    ("GET", "/gallery/collections"): RouteDoc(tool="list_collections"),
-    ("GET", "/gallery/collections/{slug}"): RouteDoc(tool="get_collection"),
-    ("GET", "/gallery/images/{id}"): RouteDoc(tool="get_image"),
-    ("GET", "/books/{book_id}/images"): RouteDoc(tool="get_book_images"),
-    ("GET", "/vectors/{store}"): RouteDoc(tool="get_vectors"),
-    ("GET", "/dataset/v1/usage"): RouteDoc(params={"days": {**INTEGER, "maximum": 90, "default": 30}}),
+    ("GET", "/image"): RouteDoc(media="image/jpeg", extra={"304": {"description": "Cached."}}),
     ("GET", "/metrics"): RouteDoc("Prometheus metrics (text format 0.0.4).", media="text/plain"),
     ("GET", "/iiif/3/{identifier}/{region}/{size}/{rotation}/{quality_format}"): RouteDoc(
         "IIIF Image API 3.0 (level 2): a region of a page or illustration, scaled, rotated, in a quality and format; "
         "marked unless clean=1 with a full-tier key. Charged to the image budget by delivered area (docs/iiif.md).",
-        params={"clean": {"enum": ["0", "1"], "description": "1: unmarked pixels (full and enterprise keys only)."}},
         media="image/*",
         extra={"304": {"description": "Not modified."}},
     ),
@@ -112,54 +95,67 @@ def openapi_path(path: str) -> str:
     return re.sub(r"\{(\w+):[^}]*\}", r"{\1}", path)
 
 
+def route_tool(handler: Any) -> str | None:
+    """The tool a route's handler calls (``rest.tool_route``), if any."""
+    return getattr(handler, TOOL, None)
+
+
 def route_doc(method: str, path: str, handler: Any) -> RouteDoc:
-    """The route's entry in ``ROUTE_DOCS``, or one derived from its handler's docstring."""
-    doc = ROUTE_DOCS.get((method, openapi_path(path)))
-    if doc is None:
-        doc = RouteDoc()
+    """The route's entry in ``ROUTE_DOCS``, with a summary from its tool or handler docstring when it has none."""
+    doc = ROUTE_DOCS.get((method, openapi_path(path))) or RouteDoc()
     if not doc.summary:
-        spec = tools.load_all().get(doc.tool or "")
-        text = spec.description if spec else (inspect.getdoc(handler) or f"{method} {path}").split("\n\n")[0]
-        doc = RouteDoc(" ".join(text.split()), doc.tool, doc.rename, doc.params, doc.media, doc.extra)
+        spec = tools.load_all().get(route_tool(handler) or "")
+        text = (inspect.getdoc(handler) or (spec.description if spec else "") or f"{method} {path}").split("\n\n")[0]
+        doc = RouteDoc(" ".join(text.split()), doc.media, doc.extra)
     return doc
 
 
-def route_parameters(path: str, doc: RouteDoc) -> list[dict[str, Any]]:
-    spec = tools.load_all().get(doc.tool or "")
-    schema = spec.input_schema if spec else {"properties": {}}
+def _describe(prop: dict[str, Any]) -> dict[str, Any]:
+    """A property as an OpenAPI parameter schema; aliases go into the description, where a person reads them."""
+    schema = {k: v for k, v in prop.items() if k != ALIASES}
+    aliases = prop.get(ALIASES)
+    if aliases:
+        also = f"Also accepted as {', '.join(aliases)}."
+        schema["description"] = f"{schema['description']} {also}" if schema.get("description") else also
+    return schema
+
+
+def route_parameters(path: str, handler: Any) -> list[dict[str, Any]]:
+    """The route's path parameters and its declared query parameters, as OpenAPI parameter objects."""
+    schema = query_schema(handler)
+    if schema is None:
+        schema = NONE
     props, required = schema.get("properties", {}), set(schema.get("required", ()))
     out: list[dict[str, Any]] = []
     in_path = re.findall(r"\{(\w+)\}", path)
     for name in in_path:
-        out.append({"name": name, "in": "path", "required": True, "schema": props.get(name, {"type": "string"})})
-    if path == "/verify":  # the book travels in the query here
-        in_path = []
-    for arg, prop in props.items():
-        if arg in in_path:
+        prop = _describe(props.get(name, {"type": "string"}))
+        out.append({"name": name, "in": "path", "required": True, "schema": prop})
+    for name, prop in props.items():
+        if name in in_path:
             continue
-        entry: dict[str, Any] = {"name": doc.rename.get(arg, arg), "in": "query", "schema": prop}
-        entry["required"] = arg in required
+        entry: dict[str, Any] = {"name": name, "in": "query", "required": name in required, "schema": _describe(prop)}
         if prop.get("type") == "array":
-            entry.update(style="form", explode=False)  # pages=1,2,3
+            entry.update(style="form", explode=False)  # pages=1,2,3 (a repeated parameter is accepted too)
         out.append(entry)
-    out += [{"name": name, "in": "query", "required": False, "schema": prop} for name, prop in doc.params.items()]
     return out
 
 
 def _operation(method: str, path: str, handler: Any) -> dict[str, Any]:
     doc = route_doc(method, path, handler)
-    spec = tools.load_all().get(doc.tool or "")
+    tool = route_tool(handler)
+    spec = tools.load_all().get(tool or "")
     if doc.media == "application/json":
         body = spec.output_schema if spec and spec.output_schema else {"type": ["object", "array"]}
     else:
         body = {"type": "string", "format": "binary"} if doc.media.startswith("image/") else {"type": "string"}
     ok: dict[str, Any] = {"description": "Success.", "content": {doc.media: {"schema": body}}}
-    if doc.tool == "get_book_text":
+    if tool == "get_book_text":
         ok["content"]["text/plain"] = {"schema": {"type": "string"}}  # format=plain
     operation: dict[str, Any] = {
         "operationId": method.lower() + "_" + (re.sub(r"\W+", "_", openapi_path(path)).strip("_") or "root"),
         "summary": doc.summary,
-        "parameters": route_parameters(openapi_path(path), doc),
+        "parameters": route_parameters(openapi_path(path), handler),
         "responses": {
             "200": ok,
             **doc.extra,
@@ -169,8 +165,8 @@ def _operation(method: str, path: str, handler: Any) -> dict[str, Any]:
     if method == "POST":
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": {}}}}
         operation["responses"]["200"]["content"] = {"application/json": {"schema": {"type": ["object", "array"]}}}
-    if doc.tool:
-        operation["x-tool"] = doc.tool
+    if tool:
+        operation["x-tool"] = tool
     return operation
 
 

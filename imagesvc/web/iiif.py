@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
@@ -19,7 +20,7 @@ from imagesvc.tools.iiif import charge_units, derivative_etag, info_document, pr
 from imagesvc.tools.iiif_presentation import collection_document, collections_index, manifest_document
 from imagesvc.web.images import not_modified
 from imagesvc.web.keys import IIIF, SERVICES
-from imagesvc.web.params import bool_param
+from imagesvc.web.params import accepts
 from imagesvc.web.responses import BytesResponse
 from imagesvc.web.rest import tool_call
 
@@ -51,9 +52,18 @@ async def base_redirect(request: web.Request) -> web.Response:
     return web.Response(status=303, headers={"Location": location})
 
 
-async def info(request: web.Request) -> web.Response:
+CLEAN = {
+    "properties": {
+        "clean": {"type": "boolean", "default": False, "description": "Unmarked pixels (full-tier keys only)."}
+    }
+}
+
+
+@accepts(CLEAN)
+async def info(request: web.Request, arguments: dict[str, Any]) -> web.Response:
+    """IIIF Image API 3.0 image information: sizes, tiles, limits, features."""
     identifier = request.match_info["identifier"]
-    clean = bool_param(request, "clean", False)
+    clean = arguments["clean"]
     source = await resolve_source(request.app[SERVICES], tool_call(request), identifier, clean=clean)
     service_id = f"{service_base(request)}/{quote(identifier, safe=':')}"
     body = info_document(source, service_id, request.app[IIIF].limits)
@@ -61,10 +71,12 @@ async def info(request: web.Request) -> web.Response:
     return _json_ld(request, body, IMAGE_CONTEXT, {"Cache-Control": cache, "Link": PROFILE_LINK})
 
 
-async def image(request: web.Request) -> web.StreamResponse:
+@accepts(CLEAN)
+async def image(request: web.Request, arguments: dict[str, Any]) -> web.StreamResponse:
+    """A region of a page or illustration, scaled, rotated, in a quality and format (IIIF Image API 3.0)."""
     services, runtime, m = request.app[SERVICES], request.app[IIIF], request.match_info
     call = tool_call(request)
-    source = await resolve_source(services, call, m["identifier"], clean=bool_param(request, "clean", False))
+    source = await resolve_source(services, call, m["identifier"], clean=arguments["clean"])
     full = source.full
     plan = parse_request(
         m["region"], m["size"], m["rotation"], m["quality_format"], full.width, full.height, runtime.limits

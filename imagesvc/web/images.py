@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from imagesvc.imaging.embed import splice_xmp
 from imagesvc.tools.image_delivery import IMAGE_TIERS, locate_image
 from imagesvc.web.keys import SERVICES
-from imagesvc.web.params import bool_param, int_param, str_param
+from imagesvc.web.params import accepts
 from imagesvc.web.responses import BytesResponse
 from imagesvc.web.rest import tool_call
 
@@ -20,17 +22,30 @@ def not_modified(request: web.Request, etag: str) -> bool:
     return header.strip() == "*" or any(tag.strip().removeprefix("W/") == f'"{etag}"' for tag in header.split(","))
 
 
-async def image(request: web.Request) -> web.StreamResponse:
+IMAGE_PARAMS = {
+    "properties": {
+        "book_id": {"type": "string", "minLength": 1, "description": "Book id or slug.", "x-aliases": ["book"]},
+        "page": {"type": "integer", "minimum": 1, "maximum": 1_000_000, "description": "Page number (with book_id)."},
+        "illustration": {"type": "string", "minLength": 1, "description": "Illustration id, instead of a page."},
+        "tier": {"enum": list(IMAGE_TIERS), "default": "display"},
+        "clean": {"type": "boolean", "default": False, "description": "Unmarked copy; full-tier keys only."},
+    }
+}
+
+
+@accepts(IMAGE_PARAMS)
+async def image(request: web.Request, arguments: dict[str, Any]) -> web.StreamResponse:
+    """A page or illustration image tier, marked unless clean=1 with a full-tier key; one image unit."""
     services = request.app[SERVICES]
     call = tool_call(request)
     delivery = await locate_image(
         services,
         call,
-        book=str_param(request, "book"),
-        page=int_param(request, "page", minimum=1),
-        illustration=str_param(request, "illustration"),
-        tier=str_param(request, "tier", "display", choices=IMAGE_TIERS) or "display",
-        clean=bool_param(request, "clean", False),
+        book=arguments.get("book_id"),
+        page=arguments.get("page"),
+        illustration=arguments.get("illustration"),
+        tier=arguments["tier"],
+        clean=arguments["clean"],
     )
     headers = {"ETag": f'"{delivery.etag}"', "Cache-Control": delivery.cache_control, "Vary": "Authorization"}
     if not_modified(request, delivery.etag):

@@ -7,7 +7,9 @@ from typing import Any
 
 from imagesvc import errors, tools
 from imagesvc.access.policy import CLASSES
-from imagesvc.web.docs import openapi_path, route_doc, route_parameters
+from imagesvc.tools.arguments import ALIASES
+from imagesvc.web.docs import openapi_path, route_doc, route_parameters, route_tool
+from imagesvc.web.params import ANY, query_schema
 
 __all__ = ["example_arguments", "llms_document", "schema_type"]
 
@@ -58,6 +60,8 @@ def _tool_section(spec: tools.Tool) -> list[str]:
         for bound in ("minimum", "maximum", "maxItems"):
             if bound in prop:
                 notes.append(f"{bound} {prop[bound]}")
+        if prop.get(ALIASES):
+            notes.append("also accepted as " + ", ".join(prop[ALIASES]))
         text = f"- {name} ({schema_type(prop)}{', ' + ', '.join(notes) if notes else ''})"
         lines.append(text + (f": {prop['description']}" if prop.get("description") else ""))
     if not props:
@@ -78,12 +82,15 @@ def _route_section(routes: Any, base_path: str) -> list[str]:
         method, path = route.method, route.path
         doc = route_doc(method, path, route.handler)
         lines.append(f"- {method} {openapi_path(route.full_path(base_path))}: {doc.summary}")
-        if doc.tool:
-            lines.append(f"  Same as the {doc.tool} tool.")
-        params = [p for p in route_parameters(openapi_path(path), doc) if p["in"] == "query"]
+        tool = route_tool(route.handler)
+        if tool:
+            lines.append(f"  Same as the {tool} tool.")
+        params = [p for p in route_parameters(openapi_path(path), route.handler) if p["in"] == "query"]
         if params:
             described = ", ".join(f"{p['name']} ({schema_type(p['schema'])})" for p in params)
-            lines.append(f"  Query parameters: {described}.")
+            lines.append(f"  Query parameters: {described}. Any other parameter is a 400 naming it.")
+        elif route.handler is not None and query_schema(route.handler) is not ANY:
+            lines.append("  No query parameters; any is a 400 naming it.")
         if doc.media != "application/json":
             lines.append(f"  Responds with {doc.media}.")
     return lines
@@ -155,8 +162,10 @@ def llms_document(routes: Any, origin: str, base_path: str = "") -> str:
         "",
         "## Command line",
         "",
-        "imagesvc tools lists the tools; imagesvc <tool> --<argument> <value> ... calls one (--json for raw JSON,",
-        "--url for the MCP endpoint, --key or IMAGESVC_KEY for a key).",
+        "imagesvc tools lists the tools; imagesvc <tool> --<argument> <value> ... calls one, with the argument names",
+        "above (aliases too). --json prints raw JSON, and on failure the JSON error shape, with exit status 1 (2 for a",
+        "bad command line). --url or IMAGESVC_URL names the MCP endpoint (default: the local server at IMAGESVC_PORT);",
+        "--key or IMAGESVC_KEY sends a key.",
         "",
     ]
     return "\n".join(lines)

@@ -1,61 +1,156 @@
-"""Strict parsing of query-string parameters into tool arguments, with errors that name the parameter."""
+"""Query strings read through a JSON schema: the one way every route takes its parameters.
+
+A route declares its query parameters once, as the input schema of the tool it calls (``rest.tool_route``) or as a
+small schema of its own (``accepts``). The same declaration parses the request, answers 400 for an unknown, repeated
+or ill-typed parameter (naming it and the accepted ones), and is what OpenAPI and ``/llms.txt`` document.
+
+Strings become the schema's type: ``integer``, ``number``, ``boolean`` (true/false, 1/0, yes/no) and ``array`` (a comma
+list, a repeated parameter, or both). An empty value counts as absent, as an empty field of an HTML form does.
+"""
 
 from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from aiohttp import web
 
 from imagesvc.errors import InvalidRequest
+from imagesvc.tools.arguments import ALIASES, canonical, unknown_name, validate, with_defaults
 
-__all__ = ["INT_MAX", "bool_param", "int_param", "str_param"]
+__all__ = [
+    "ANY",
+    "NONE",
+    "QUERY_SCHEMA",
+    "accepts",
+    "any_query",
+    "coerce",
+    "query_arguments",
+    "query_schema",
+    "route_name",
+    "strict",
+]
 
-INT_MAX = 2**31 - 1
+QUERY_SCHEMA = "query_schema"  # the attribute under which a handler carries its declared query parameters
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
-
-def int_param(
-    request: web.Request,
-    name: str,
-    default: int | None = None,
-    *,
-    minimum: int | None = None,
-    maximum: int | None = None,
-) -> int | None:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    if maximum is None:
-        maximum = INT_MAX  # nothing is counted past this, and SQLite integers stop at 2**63
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidRequest(
-            f"Parameter {name!r} must be a whole number, not {raw!r}.", details={"parameter": name}
-        ) from None
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        bounds = f"from {minimum}" + (f" to {maximum}" if maximum is not None else " upwards")
-        raise InvalidRequest(f"Parameter {name!r} must be {bounds}; got {value}.", details={"parameter": name})
-    return value
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def bool_param(request: web.Request, name: str, default: bool) -> bool:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    value = raw.strip().lower()
-    if value in ("true", "1", "yes"):
-        return True
-    if value in ("false", "0", "no"):
-        return False
-    raise InvalidRequest(f"Parameter {name!r} must be true or false, not {raw!r}.", details={"parameter": name})
+def route_name(request: web.Request) -> str:
+    """``GET /api/books/{book_id}``: how an error names the route a parameter was sent to."""
+    resource = request.match_info.route.resource
+    return f"{request.method} {resource.canonical if resource is not None else request.path}"
 
 
-def str_param(
-    request: web.Request, name: str, default: str | None = None, *, choices: tuple[str, ...] = ()
-) -> str | None:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    if choices and raw not in choices:
-        raise InvalidRequest(
-            f"Parameter {name!r} must be one of {', '.join(choices)}; got {raw!r}.", details={"parameter": name}
-        )
+def coerce(raw: str, prop: dict[str, Any]) -> Any:
+    """One query value as the schema's type; a value that does not parse is passed on for validation to refuse."""
+    kind = prop.get("type")
+    text = raw.strip()
+    if kind == "integer":
+        try:
+            return int(text)
+        except ValueError:
+            return raw
+    if kind == "number":
+        try:
+            value = float(text)
+        except ValueError:
+            return raw
+        return value if math.isfinite(value) else raw
+    if kind == "boolean":
+        lowered = text.lower()
+        return True if lowered in _TRUE else False if lowered in _FALSE else raw
     return raw
+
+
+def _names(schema: dict[str, Any]) -> dict[str, str]:
+    """Every accepted name (canonical and alias) -> its canonical name."""
+    out = {}
+    for name, prop in schema.get("properties", {}).items():
+        out[name] = name
+        out.update({alias: name for alias in prop.get(ALIASES, [])})
+    return out
+
+
+def query_arguments(request: web.Request, schema: dict[str, Any], *, skip: Iterable[str] = ()) -> dict[str, Any]:
+    """The query string of ``request`` as typed arguments of ``schema``; ``skip`` names the path's parameters.
+
+    400 for a name the schema does not take (or that the path already gives) and for a scalar given twice. Values
+    that do not parse stay strings, for the schema's validation to refuse; aliases keep their name for
+    ``tools.arguments.canonical`` to rename (and to refuse alongside their canonical name).
+    """
+    where = route_name(request)
+    skipped = set(skip)
+    names = _names(schema)
+    props = schema.get("properties", {})
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys(request.query.keys()):
+        if key not in names or names[key] in skipped:
+            raise unknown_name(where, key, schema, skip=skipped)
+        prop = props[names[key]]
+        values = [v for v in request.query.getall(key) if v.strip() != ""]
+        if prop.get("type") == "array":
+            parts = [p.strip() for v in values for p in v.split(",") if p.strip()]
+            if parts:
+                out[key] = [coerce(p, prop.get("items", {})) for p in parts]
+            continue
+        if len(values) > 1:
+            message = f"{where}: {key!r} is given {len(values)} times; give it once."
+            raise InvalidRequest(message, details={"parameter": key})
+        if values:
+            out[key] = coerce(values[0], prop)
+    return out
+
+
+def accepts(schema: dict[str, Any]) -> Callable[[Callable[..., Awaitable[web.StreamResponse]]], Handler]:
+    """Declare a route's query parameters: the handler is called as ``handler(request, arguments)`` with them parsed,
+    validated and defaulted, and carries ``schema`` for the documents. ``{"properties": {}}`` takes none."""
+    strict = {"type": "object", "additionalProperties": False, **schema}
+
+    def wrap(func: Callable[..., Awaitable[web.StreamResponse]]) -> Handler:
+        @functools.wraps(func)
+        async def handler(request: web.Request) -> web.StreamResponse:
+            where = route_name(request)
+            arguments = canonical(where, strict, query_arguments(request, strict))
+            validate(where, strict, arguments)
+            return await func(request, with_defaults(strict, arguments))
+
+        setattr(handler, QUERY_SCHEMA, strict)
+        return handler
+
+    return wrap
+
+
+def query_schema(handler: Any) -> dict[str, Any] | None:
+    """The query parameters ``handler`` declared (a tool's input schema or its own), or None: it takes any."""
+    return getattr(handler, QUERY_SCHEMA, None)
+
+
+def any_query(handler: Handler) -> Handler:
+    """Mark a handler that ignores its query string (a static file host, where caches add cache-busting strings)."""
+    setattr(handler, QUERY_SCHEMA, ANY)
+    return handler
+
+
+ANY: dict[str, Any] = {"type": "object"}  # the declaration of ``any_query``: every parameter accepted and ignored
+
+
+def strict(handler: Handler) -> Handler:
+    """``handler`` as it is when it declares its parameters, else wrapped to take none (a 400 names any it gets)."""
+    if query_schema(handler) is not None:
+        return handler
+
+    @functools.wraps(handler)
+    async def checked(request: web.Request) -> web.StreamResponse:
+        for key in request.query:
+            raise unknown_name(route_name(request), key, NONE)
+        return await handler(request)
+
+    setattr(checked, QUERY_SCHEMA, NONE)
+    return checked
+
+
+NONE: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": {}}

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from imagesvc.access import METER_DAYS, POOLS
 from imagesvc.access.headers import next_steps
 from imagesvc.errors import Unauthorized
 from imagesvc.web.keys import ACCESS, CALLER, IDENTIFIER
-from imagesvc.web.params import int_param
+from imagesvc.web.params import accepts
 
 __all__ = ["rate_limit", "usage"]
 
 
-async def rate_limit(request: web.Request) -> web.Response:
+@accepts({"properties": {}})
+async def rate_limit(request: web.Request, arguments: dict[str, Any]) -> web.Response:
     """Who the service takes the caller for, and each pool's limit, use and reset, without counting anything."""
     caller = await request.app[IDENTIFIER].identify(request.headers, request.remote, request.cookies)
     allowance = caller.allowance
@@ -39,7 +42,15 @@ async def rate_limit(request: web.Request) -> web.Response:
     )
 
 
-async def usage(request: web.Request) -> web.Response:
+USAGE_PARAMS = {
+    "properties": {
+        "days": {"type": "integer", "minimum": 1, "maximum": METER_DAYS, "default": 30, "description": "Days back."}
+    }
+}
+
+
+@accepts(USAGE_PARAMS)
+async def usage(request: web.Request, arguments: dict[str, Any]) -> web.Response:
     """The key's meter: per UTC day and pool, requests and units delivered, the last ``days`` days (at most 90)."""
     caller = request[CALLER]
     if caller.key_ref is None:
@@ -47,6 +58,6 @@ async def usage(request: web.Request) -> web.Response:
             "The usage meter belongs to an API key; this request carried none.",
             recovery=["Send your key as 'Authorization: Bearer <key>'."],
         )
-    days = int_param(request, "days", 30, minimum=1, maximum=METER_DAYS) or 30
+    days = arguments["days"]
     rows = await request.app[ACCESS].daily_usage(caller.subject, days)
     return web.json_response({"key": caller.key_ref, "tier": caller.allowance.name, "days": days, "usage": rows})

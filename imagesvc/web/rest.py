@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -12,12 +14,37 @@ from imagesvc.errors import NotFound
 from imagesvc.search.engine import engine_for
 from imagesvc.storage import StoreUnavailable
 from imagesvc.web.keys import CALLER, METER, SERVICES
-from imagesvc.web.params import int_param
+from imagesvc.web.params import QUERY_SCHEMA, accepts, any_query, query_arguments
 
-__all__ = ["book", "books", "health", "public_image"]
+__all__ = ["TOOL", "book", "books", "health", "public_image", "tool_call", "tool_route"]
+
+TOOL = "tool"  # the attribute under which a tool route's handler names its tool
+Shape = Callable[[dict[str, Any]], web.StreamResponse]
 
 
-async def health(request: web.Request) -> web.Response:
+def tool_route(name: str, shape: Shape = web.json_response, doc: str | None = None) -> Callable[..., Any]:
+    """A handler for tool ``name``: path parameters and the query string (parsed by the tool's input schema) are its
+    arguments, ``shape`` makes the response. Unknown, repeated or ill-typed parameters are a 400 naming them."""
+    schema = tools.load_all()[name].input_schema
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        path = dict(request.match_info)
+        arguments = {**query_arguments(request, schema, skip=path), **path}  # names checked here, values by the tool
+        return shape(await tools.call(request.app[SERVICES], name, arguments, tool_call(request)))
+
+    handler.__doc__ = doc or tools.load_all()[name].description
+    handler.__name__ = handler.__qualname__ = name
+    setattr(handler, QUERY_SCHEMA, schema)
+    setattr(handler, TOOL, name)
+    return handler
+
+
+books = tool_route("list_books")
+book = tool_route("get_book")
+
+
+@accepts({"properties": {}})
+async def health(request: web.Request, arguments: dict[str, Any]) -> web.Response:
     """Version, storage backend and whether it answers, and catalog counts; 503 when the store is down."""
     services = request.app[SERVICES]
     storage: dict[str, object] = {"backend": services.store.name, "reachable": True}
@@ -36,20 +63,6 @@ async def health(request: web.Request) -> web.Response:
     return web.json_response(body, status=200 if storage["reachable"] else 503)
 
 
-async def books(request: web.Request) -> web.Response:
-    args = {
-        "limit": int_param(request, "limit", 50, minimum=1, maximum=200),
-        "offset": int_param(request, "offset", 0, minimum=0),
-    }
-    return web.json_response(await tools.call(request.app[SERVICES], "list_books", args, tool_call(request)))
-
-
-async def book(request: web.Request) -> web.Response:
-    args = {"book_id": request.match_info["book_id"]}
-    result = await tools.call(request.app[SERVICES], "get_book", args, tool_call(request))
-    return web.json_response(result)
-
-
 def tool_call(request: web.Request) -> tools.Call:
     """The caller and meter the access middleware attached to this request."""
     return tools.Call(caller=request[CALLER], meter=request[METER])
@@ -58,6 +71,7 @@ def tool_call(request: web.Request) -> tools.Call:
 IMMUTABLE = "public, max-age=31536000, immutable"
 
 
+@any_query  # a static file host: caches and pages add cache-busting query strings, and the file is the same
 async def public_image(request: web.Request) -> web.StreamResponse:
     """The public prefix of the local store under /img/: strong ETags, 304s, ranges, cacheable forever.
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from imagesvc.web import docs, gallery, iiif, images, mcp, metrics, quota, rest, text
+from imagesvc.web.params import strict
 
 __all__ = ["API", "ROUTES", "SITE", "Route", "add_routes", "mounted"]
 
@@ -70,6 +71,7 @@ def mounted(base_path: str) -> list[tuple[str, str, object]]:
 
 def add_routes(app: web.Application, base_path: str) -> None:
     for method, path, handler in mounted(base_path):
+        handler = strict(handler)  # type: ignore[arg-type]  # a route that declares no query parameters takes none
         if method == "GET":
             app.router.add_get(path, handler)  # type: ignore[arg-type]  # also answers HEAD
         else:

@@ -9,12 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from imagesvc import tools
-from imagesvc.errors import InvalidRequest
-from imagesvc.tools.book_text import CONTENT, FORMATS
-from imagesvc.web.keys import SERVICES
-from imagesvc.web.params import bool_param, int_param, str_param
-from imagesvc.web.rest import tool_call
+from imagesvc.web.rest import tool_route
 
 __all__ = ["TRUNCATED_HEADER", "book_text", "quote", "verify"]
 
@@ -32,54 +27,17 @@ def truncation_headers(result: dict[str, Any]) -> dict[str, str]:
     return {TRUNCATED_HEADER: "; ".join(parts)}
 
 
-async def _quote(request: web.Request, book_id: str) -> web.Response:
-    page = int_param(request, "page")
-    if page is None:
-        raise InvalidRequest(
-            "Parameter 'page' is required: the page number to quote.",
-            recovery=["Add ?page=<n>; GET /books/<id> lists the book's pages."],
-            details={"parameter": "page"},
-        )
-    args = {
-        "book_id": book_id,
-        "page": page,
-        "include_original": bool_param(request, "include_original", True),
-        "include_context": bool_param(request, "include_context", False),
-    }
-    result = await tools.call(request.app[SERVICES], "get_quote", args, tool_call(request))
+def _quote(result: dict[str, Any]) -> web.Response:
     return web.json_response(result, headers=truncation_headers(result))
 
 
-async def quote(request: web.Request) -> web.Response:
-    """``GET /books/{book_id}/quote?page=N&include_original=true&include_context=false``: the get_quote tool."""
-    return await _quote(request, request.match_info["book_id"])
-
-
-async def verify(request: web.Request) -> web.Response:
-    """``GET /verify?book_id=&page=``: the same answer as /books/{book_id}/quote, for URL allow-lists."""
-    book_id = str_param(request, "book_id")
-    if book_id is None:
-        raise InvalidRequest(
-            "Parameter 'book_id' is required: a book id or slug.",
-            recovery=["Add ?book_id=<id or slug>&page=<n>; GET /books lists the books."],
-            details={"parameter": "book_id"},
-        )
-    return await _quote(request, book_id)
-
-
-async def book_text(request: web.Request) -> web.Response:
-    """``GET /books/{book_id}/text?content=ocr|translation|both&from=&to=&format=json|plain``: get_book_text."""
-    args: dict[str, Any] = {
-        "book_id": request.match_info["book_id"],
-        "content": str_param(request, "content", "both", choices=CONTENT),
-        "format": str_param(request, "format", "json", choices=FORMATS),
-    }
-    for name in ("from", "to"):
-        value = int_param(request, name, minimum=1)
-        if value is not None:
-            args[name] = value
-    result = await tools.call(request.app[SERVICES], "get_book_text", args, tool_call(request))
+def _text(result: dict[str, Any]) -> web.Response:
     headers = truncation_headers(result)
     if result["format"] == "plain":
         return web.Response(text=result["text"], content_type="text/plain", charset="utf-8", headers=headers)
     return web.json_response(result, headers=headers)
+
+
+quote = tool_route("get_quote", _quote)
+verify = tool_route("get_quote", _quote, "The get_quote tool with the book as a query parameter (for URL allow-lists).")
+book_text = tool_route("get_book_text", _text)

@@ -121,3 +121,24 @@ def test_schemathesis_finds_no_server_error_and_no_schema_mismatch(live_url: str
         case.call_and_validate(base_url=live_url, headers=headers, checks=checks, timeout=10)
 
     check()
+
+
+async def test_documents_give_each_route_the_parameters_it_accepts_with_its_aliases(client: TestClient) -> None:
+    """OpenAPI and llms.txt list the names a route parses, from the same declaration; aliases are written out."""
+    doc = await (await client.get("/api/openapi.json")).json()
+    gallery = {p["name"]: p for p in doc["paths"]["/api/gallery"]["get"]["parameters"]}
+    assert {"query", "type", "subject", "figure", "symbol", "year_from", "year_to", "book_id", "limit"} <= set(gallery)
+    assert gallery["maxPerBook"]["schema"]["default"] == 3
+    assert "Also accepted as q." in gallery["query"]["schema"]["description"]
+    assert not {"q", "book", "max_per_book"} & set(gallery)  # aliases are not parameters of their own
+    usage = {p["name"] for p in doc["paths"]["/api/dataset/v1/usage"]["get"]["parameters"]}
+    assert usage == {"days"}
+    assert doc["paths"]["/api/rate_limit"]["get"]["parameters"] == []
+    image = {p["name"] for p in doc["paths"]["/api/image"]["get"]["parameters"]}
+    assert image == {"book_id", "page", "illustration", "tier", "clean"}
+    for name in gallery:  # what OpenAPI documents, the route accepts
+        body = await (await client.get("/api/gallery", params={name: "1"})).json()
+        assert "accepted" not in body, (name, body)  # never refused as unknown
+    text = await (await client.get("/llms.txt")).text()
+    assert "- query (string, also accepted as q)" in text
+    assert "Any other parameter is a 400 naming it." in text

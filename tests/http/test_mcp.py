@@ -105,18 +105,31 @@ async def test_initialize_negotiates_the_protocol_version(server: TestServer) ->
         assert body["result"]["serverInfo"]["name"] == "imagesvc"
 
 
-async def test_list_tools_matches_the_registry_with_schemas_and_hints(server: TestServer) -> None:
+async def test_the_official_client_and_a_plain_post_list_the_same_tools(server: TestServer) -> None:
+    """tools/list as the official client reads it equals the plain JSON-RPC answer, and each listed tool's arguments
+    are the query parameters OpenAPI gives its REST route (the path's own excepted)."""
     async with mcp_session(server) as session:
         listed = {t.name: t for t in (await session.list_tools()).tools}
-    assert set(listed) == set(tools.load_all())
-    for name, spec in tools.load_all().items():
-        assert listed[name].input_schema == spec.input_schema
-        assert listed[name].description == spec.description
-        if spec.read_only:
-            assert listed[name].annotations is not None and listed[name].annotations.read_only_hint is True
+    status, body = await rpc(server, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert status == 200
+    plain = {t["name"]: t for t in body["result"]["tools"]}
+    assert set(listed) == set(plain) and len(plain) >= 10
+    for name, entry in plain.items():
+        assert listed[name].input_schema == entry["inputSchema"]
+        assert listed[name].description == entry["description"]
+        assert listed[name].annotations is not None and listed[name].annotations.read_only_hint is True
+    async with aiohttp.ClientSession() as http, http.get(server.make_url("/api/openapi.json")) as resp:
+        doc = await resp.json()
+    for path, ops in doc["paths"].items():
+        operation = ops.get("get", {})
+        if "x-tool" not in operation:
+            continue
+        in_path = {p["name"] for p in operation["parameters"] if p["in"] == "path"}
+        in_query = {p["name"] for p in operation["parameters"] if p["in"] == "query"}
+        assert in_query | in_path == set(plain[operation["x-tool"]]["inputSchema"]["properties"]), path
 
 
-async def test_every_tool_answers_the_official_client(server: TestServer) -> None:
+async def test_every_tool_answers_the_official_client_as_it_answers_a_plain_post(server: TestServer) -> None:
     async with mcp_session(server) as session:
         args = await examples(session)
         names = sorted(t.name for t in (await session.list_tools()).tools)
@@ -124,8 +137,15 @@ async def test_every_tool_answers_the_official_client(server: TestServer) -> Non
         assert not missing, f"add valid demo-library arguments for {missing} to examples()"
         for name in names:
             result = await session.call_tool(name, args[name])
-            assert result.is_error is False, (name, result.content[0])
-            assert isinstance(result.structured_content, dict) and result.structured_content, name
+            message = {
+                "jsonrpc": "2.0",
+                "id": 7,
+                "method": "tools/call",
+                "params": {"name": name, "arguments": args[name]},
+            }
+            status, plain = await rpc(server, message)
+            assert status == 200 and plain["result"]["isError"] is result.is_error is False, (name, plain)
+            assert plain["result"]["structuredContent"] == result.structured_content, name
             assert result.content[0].type == "text"
 
 

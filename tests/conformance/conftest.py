@@ -1,0 +1,40 @@
+"""One live server on the demo library per test, a key with room for many calls, and its four doors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from imagesvc.app import build_app
+from imagesvc.catalog import Catalog
+from imagesvc.catalog.keys import create_key
+from tests.conformance.doors import Doors
+from tests.library import copy_library, settings_for
+
+
+@pytest.fixture
+def data_dir(demo_library: dict[str, Any], tmp_path: Path) -> Path:
+    return copy_library(demo_library["data"], tmp_path / "data")
+
+
+@pytest.fixture
+async def server(data_dir: Path) -> AsyncIterator[TestServer]:
+    srv = TestServer(build_app(settings_for(data_dir)), host="127.0.0.1")
+    await srv.start_server()
+    yield srv
+    await srv.close()
+
+
+@pytest.fixture
+async def doors(server: TestServer, data_dir: Path) -> Doors:
+    """Every door of ``server``, with an enterprise key: the suite makes more calls than an anonymous hour allows."""
+    catalog = Catalog(data_dir / "catalog.sqlite3")
+    try:
+        key, _ = create_key(catalog, "enterprise", "conformance")
+    finally:
+        catalog.close()
+    return Doors(str(server.make_url("/")), key)

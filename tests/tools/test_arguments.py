@@ -1,0 +1,51 @@
+"""The argument checker every door shares: its fast path never passes what the JSON schema refuses, and its errors
+name the parameter, the closest accepted name and the accepted ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imagesvc.errors import InvalidRequest
+from imagesvc.tools import load_all
+from imagesvc.tools.arguments import _plainly_valid, canonical, validate
+
+SCHEMAS = {name: spec.input_schema for name, spec in load_all().items()}
+VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=False), st.text(max_size=600),
+    st.lists(st.integers(-3, 30), max_size=30), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_the_fast_path_never_passes_what_the_schema_refuses(name: str) -> None:
+    schema = SCHEMAS[name]
+    keys = st.sampled_from([*schema["properties"], "other"]) if schema["properties"] else st.just("other")
+    validator = jsonschema.Draft202012Validator(schema)
+
+    @given(st.dictionaries(keys, VALUES, max_size=5))
+    @settings(max_examples=300, deadline=None)
+    def check(arguments: dict[str, Any]) -> None:
+        if _plainly_valid(schema, arguments):
+            assert validator.is_valid(arguments), arguments
+
+    check()
+
+
+def test_errors_name_the_parameter_and_aliases_are_one_name() -> None:
+    schema = SCHEMAS["search_images"]
+    with pytest.raises(InvalidRequest) as unknown:
+        validate("search_images", schema, {"maxperbook": 3})
+    assert unknown.value.details["parameter"] == "maxperbook"
+    assert unknown.value.details["did_you_mean"] == "maxPerBook"
+    assert "query" in unknown.value.details["accepted"]
+    with pytest.raises(InvalidRequest) as too_big:
+        validate("search_images", schema, {"limit": 51})
+    assert too_big.value.details["parameter"] == "limit" and "at most 50" in too_big.value.message
+    assert canonical("search_images", schema, {"q": "x", "book": "b"}) == {"query": "x", "book_id": "b"}
+    with pytest.raises(InvalidRequest):
+        canonical("search_images", schema, {"q": "x", "query": "y"})
