@@ -1,0 +1,161 @@
+"""Gallery pages: search (``/``), one illustration, and the curated collections, each over the gallery tools.
+
+The search form is generated from the ``search_images`` schema and uses the query-parameter names of ``GET /gallery``
+(``q``, ``book``, ...), so a page URL and an API URL take the same query and a result page can be shared as a link.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from aiohttp import web
+
+from imagesvc import tools
+from imagesvc.errors import InvalidRequest, NotFound
+from imagesvc.pages.render import render
+from imagesvc.web.docs import ROUTE_DOCS
+from imagesvc.web.keys import SERVICES
+from imagesvc.web.params import int_param, str_param
+from imagesvc.web.rest import tool_call
+
+__all__ = ["FILTERS", "collection", "collections", "form_fields", "home", "illustration", "search_args"]
+
+# The filters a person sets, in form order; each is a search_images argument. Paging and ranking arguments
+# (offset, limit, max_per_book, min_score, like) travel in the URL too but get no input of their own.
+FILTERS = ("query", "type", "subject", "figure", "symbol", "year_from", "year_to", "book_id", "collection")
+LABELS = {
+    "query": "What the picture shows",
+    "type": "Type",
+    "subject": "Subject",
+    "figure": "Figure",
+    "symbol": "Symbol",
+    "year_from": "From year",
+    "year_to": "To year",
+    "book_id": "Book",
+    "collection": "Collection",
+}
+# Upload search (an image as the query) arrives with the search issue: when search_images takes an image argument,
+# the form gains a file input posting to this page. Until then no upload control is shown.
+UPLOAD_ARGUMENT = "image"
+
+
+def _schema() -> dict[str, Any]:
+    return tools.load_all()["search_images"].input_schema["properties"]
+
+
+def _rename() -> dict[str, str]:
+    """search_images argument -> query-parameter name, exactly as GET /gallery names them."""
+    return ROUTE_DOCS[("GET", "/gallery")].rename
+
+
+def _number(request: web.Request, name: str) -> float | None:
+    raw = request.query.get(name, "")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise InvalidRequest(f"Parameter {name!r} must be a number, not {raw!r}.", details={"parameter": name})
+    return value
+
+
+def search_args(request: web.Request) -> dict[str, Any]:
+    """The search_images arguments in the query string, parsed by the types and bounds of the tool's schema."""
+    rename, args = _rename(), {}
+    for arg, prop in _schema().items():
+        name = rename.get(arg, arg)
+        kind = prop.get("type")
+        if kind == "integer":
+            value: Any = int_param(request, name, minimum=prop.get("minimum"), maximum=prop.get("maximum"))
+        elif kind == "number":
+            value = _number(request, name)
+        elif kind == "string":
+            value = str_param(request, name)
+            value = value.strip() if value is not None else None
+        else:
+            continue  # an argument a query string cannot carry (e.g. an uploaded image): see UPLOAD_ARGUMENT
+        if value not in (None, ""):
+            args[arg] = value
+    return args
+
+
+def form_fields(args: dict[str, Any], choices: dict[str, list[tuple[str, str]]]) -> list[dict[str, Any]]:
+    """One input per filter, from the schema: name, label, kind (text, number, select), bounds and current value."""
+    schema, rename, out = _schema(), _rename(), []
+    for arg in FILTERS:
+        prop = schema[arg]
+        field = {"arg": arg, "name": rename.get(arg, arg), "label": LABELS[arg], "value": args.get(arg, "")}
+        if arg in choices:
+            field.update(kind="select", options=choices[arg])
+        elif prop.get("type") == "integer":
+            field.update(kind="number", min=prop.get("minimum"), max=prop.get("maximum"))
+        else:
+            field.update(kind="search" if arg == "query" else "text", maxlength=prop.get("maxLength"))
+        out.append(field)
+    return out
+
+
+def _page_link(request: web.Request, offset: int) -> str:
+    query = {k: v for k, v in request.query.items() if v != "" and k != "offset"}
+    if offset:
+        query["offset"] = str(offset)
+    return str(request.rel_url.with_query(query))
+
+
+async def home(request: web.Request) -> web.Response:
+    """``GET /``: gallery search with filters, a grid of results, paging; the URL holds the whole query."""
+    services, call = request.app[SERVICES], tool_call(request)
+    args = search_args(request)
+    result = await tools.call(services, "search_images", args, call)
+    books = await tools.call(services, "list_books", {"limit": 200}, call)
+    sets = await tools.call(services, "list_collections", {}, call)
+    choices = {
+        "book_id": [(b["slug"], b["title"]) for b in books["books"]],
+        "collection": [(c["slug"], c["title"]) for c in sets["collections"]],
+    }
+    offset, limit = result["offset"], result["limit"]
+    context = {
+        "title": "Search the illustrations",
+        "fields": form_fields(args, choices),
+        "args": args,
+        "result": result,
+        "like": args.get("like"),
+        "clip": result["search"].get("mode") == "clip+full-text",
+        "upload": UPLOAD_ARGUMENT in _schema(),
+        "prev_link": _page_link(request, max(0, offset - limit)) if offset > 0 else None,
+        "next_link": _page_link(request, offset + limit) if result["hasMore"] else None,
+        "first": offset + 1,
+        "last": offset + len(result["items"]),
+    }
+    return render(request, "gallery.html", context)
+
+
+async def illustration(request: web.Request) -> web.Response:
+    """``GET /illustration/{id}``: one gallery entry (get_image) and, with CLIP on, pictures like it."""
+    services, call = request.app[SERVICES], tool_call(request)
+    item = await tools.call(services, "get_image", {"id": request.match_info["id"]}, call)
+    similar: list[dict[str, Any]] = []
+    try:
+        found = await tools.call(services, "search_images", {"like": item["id"], "limit": 8}, call)
+    except NotFound:
+        found = None  # no image embedding (CLIP off or not indexed yet): nothing to rank by likeness
+    if found is not None:
+        similar = [i for i in found["items"] if i["id"] != item["id"]]
+    context = {"title": item["description"] or item["id"], "item": item, "similar": similar, "clip": found is not None}
+    return render(request, "illustration.html", context)
+
+
+async def collections(request: web.Request) -> web.Response:
+    """``GET /collections``: the curated sets with their covers and counts."""
+    result = await tools.call(request.app[SERVICES], "list_collections", {}, tool_call(request))
+    return render(request, "collections.html", {"title": "Collections", "collections": result["collections"]})
+
+
+async def collection(request: web.Request) -> web.Response:
+    """``GET /collections/{slug}``: one set with all its pictures."""
+    args = {"slug": request.match_info["slug"]}
+    result = await tools.call(request.app[SERVICES], "get_collection", args, tool_call(request))
+    return render(request, "collection.html", {"title": result["title"], "collection": result})
