@@ -66,6 +66,8 @@ def search_args(request: web.Request) -> dict[str, Any]:
     """The search_images arguments in the query string, parsed by the types and bounds of the tool's schema."""
     rename, args = _rename(), {}
     for arg, prop in _schema().items():
+        if arg == UPLOAD_ARGUMENT:
+            continue  # an image is uploaded, never carried in a URL
         name = rename.get(arg, arg)
         kind = prop.get("type")
         if kind == "integer":

@@ -45,6 +45,9 @@ async def test_the_citation_url_opens_the_page_with_the_quote_tools_text(client:
     (img,) = doc.all("img")
     assert img.attrs["src"] == page3["image_display"] and img.attrs["alt"].startswith("Page 3 of ")
     assert doc.by_id("zoom").attrs["data-iiif"] == f"/iiif/3/{book['id']}-3/info.json"
+    assert "clean=" not in await resp.text()  # the viewer asks IIIF for the marked pixels, as any anonymous client
+    head = await client.head(url.removeprefix(SITE), headers=HTML)
+    assert head.status == 200 and head.content_type == "text/html"
 
 
 async def test_the_pages_illustrations_are_outlined_and_linked(client: TestClient) -> None:
