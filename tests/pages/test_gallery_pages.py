@@ -3,12 +3,15 @@ results are the tool's results, and every picture comes from the image host with
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from aiohttp.test_utils import TestClient
 
-from tests.library import SITE
+from tests.library import SITE, settings_for
+from tests.pages.conftest import MakeClient
 from tests.pages.html import parse
+from tests.search.conftest import TINY, index_library
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}
 FILTER_NAMES = ["q", "type", "subject", "figure", "symbol", "year_from", "year_to", "book", "collection"]
@@ -122,3 +125,19 @@ async def test_an_illustration_page_describes_it_and_links_its_page(client: Test
     assert doc.all("a", href=item["citationUrl"].removeprefix(SITE))
     unknown = await client.get("/illustration/nope:0", headers=HTML)
     assert unknown.status == 404 and unknown.content_type == "text/html"
+
+
+async def test_more_like_this_appears_only_when_clip_can_rank(make_client: MakeClient, data_dir: Path) -> None:
+    plain = await make_client()
+    doc = parse(await (await plain.get("/", params={"q": "furnace"}, headers=HTML)).text())
+    assert not [a for a in doc.all("a") if a.text == "More like this"]  # full text only: no link that would fail
+    await index_library(settings_for(data_dir, **TINY))
+    clip = await make_client(**TINY)
+    doc = parse(await (await clip.get("/", params={"q": "furnace"}, headers=HTML)).text())
+    likes = [a.attrs["href"] for a in doc.all("a") if a.text == "More like this"]
+    assert len(likes) == len(doc.all("li", cls="card")) > 0
+    first = card_ids(await (await clip.get(likes[0], headers=HTML)).text())
+    api = await (await clip.get("/api/gallery", params={"like": first[0]})).json()
+    assert first == [i["id"] for i in api["items"]] and first[0] == likes[0].split("=", 1)[1]
+    entry = parse(await (await clip.get(f"/illustration/{first[0]}", headers=HTML)).text())
+    assert entry.one("h2", id="similar") and entry.all("li", cls="card")
