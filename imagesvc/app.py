@@ -101,5 +101,5 @@ def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Applica
 
     app.cleanup_ctx.append(iiif_ctx)
     add_routes(app, settings.base_path)
-    setup_pages(app)
+    setup_pages(app, settings)
     return app

@@ -9,6 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from imagesvc.pages import assets, gallery, reading
+from imagesvc.pages.assets import VIEWER_READY, viewer_ready
 from imagesvc.pages.errors import PAGE_HANDLERS, html_error_middleware
 from imagesvc.pages.render import setup_templates
 
@@ -17,6 +18,8 @@ __all__ = ["assets", "gallery", "html_error_middleware", "reading", "setup_pages
 PAGE_HANDLERS.update({gallery.home, gallery.illustration, gallery.collections, gallery.collection, reading.book})
 
 
-def setup_pages(app: web.Application) -> None:
-    """Load the page templates into ``app``."""
+def setup_pages(app: web.Application, settings: object) -> None:
+    """Load the page templates into ``app`` and look once for the installed deep-zoom viewer."""
     setup_templates(app)
+    app[VIEWER_READY] = viewer_ready(settings)
+    app[gallery.CHOICES] = {}

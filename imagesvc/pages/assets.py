@@ -16,13 +16,14 @@ from aiohttp import web
 from imagesvc.errors import NotFound
 from imagesvc.web.keys import SERVICES
 
-__all__ = ["STATIC", "VIEWER_SCRIPT", "static", "viewer", "viewer_folder", "viewer_ready"]
+__all__ = ["STATIC", "VIEWER_READY", "VIEWER_SCRIPT", "static", "viewer", "viewer_folder", "viewer_ready"]
 
 STATIC = Path(__file__).with_name("static")
 CHECKOUT = Path(__file__).resolve().parents[2]
 VIEWER_PACKAGE = Path("openseadragon") / "build" / "openseadragon"
 VIEWER_SCRIPT = "openseadragon.min.js"
 INSTALL_HINT = "Run scripts/install-viewer.sh (it installs OpenSeadragon from npm), or set IMAGESVC_VIEWER_DIR."
+VIEWER_READY = web.AppKey("pages_viewer_ready", bool)  # looked up once at start: install, then restart
 _TYPES = {".css": "text/css", ".js": "text/javascript", ".png": "image/png", ".svg": "image/svg+xml"}
 
 

@@ -7,6 +7,7 @@ The search form is generated from the ``search_images`` schema and uses the quer
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from aiohttp import web
@@ -19,7 +20,7 @@ from imagesvc.web.keys import SERVICES
 from imagesvc.web.params import int_param, str_param
 from imagesvc.web.rest import tool_call
 
-__all__ = ["FILTERS", "collection", "collections", "form_fields", "home", "illustration", "search_args"]
+__all__ = ["CHOICES", "FILTERS", "collection", "collections", "form_fields", "home", "illustration", "search_args"]
 
 # The filters a person sets, in form order; each is a search_images argument. Paging and ranking arguments
 # (offset, limit, max_per_book, min_score, like) travel in the URL too but get no input of their own.
@@ -107,17 +108,35 @@ def _page_link(request: web.Request, offset: int) -> str:
     return str(request.rel_url.with_query(query))
 
 
-async def home(request: web.Request) -> web.Response:
-    """``GET /``: gallery search with filters, a grid of results, paging; the URL holds the whole query."""
+CHOICES_SECONDS = 30.0
+CHOICES = web.AppKey("pages_choices", dict)
+
+
+async def _choices(request: web.Request) -> dict[str, list[tuple[str, str]]]:
+    """The book and collection menus of the form, from list_books and list_collections. They are the same for every
+    caller and change only with an ingest, so each process keeps them for CHOICES_SECONDS (a new book may take that
+    long to appear in the menu; it is searchable at once)."""
+    held = request.app[CHOICES]  # a dict made by setup_pages: the app itself is frozen once it serves
+    now = time.monotonic()
+    if held and held["until"] > now:
+        return held["choices"]  # type: ignore[no-any-return]
     services, call = request.app[SERVICES], tool_call(request)
-    args = search_args(request)
-    result = await tools.call(services, "search_images", args, call)
     books = await tools.call(services, "list_books", {"limit": 200}, call)
     sets = await tools.call(services, "list_collections", {}, call)
     choices = {
         "book_id": [(b["slug"], b["title"]) for b in books["books"]],
         "collection": [(c["slug"], c["title"]) for c in sets["collections"]],
     }
+    held.update(until=now + CHOICES_SECONDS, choices=choices)
+    return choices
+
+
+async def home(request: web.Request) -> web.Response:
+    """``GET /``: gallery search with filters, a grid of results, paging; the URL holds the whole query."""
+    services, call = request.app[SERVICES], tool_call(request)
+    args = search_args(request)
+    result = await tools.call(services, "search_images", args, call)
+    choices = await _choices(request)
     offset, limit = result["offset"], result["limit"]
     context = {
         "title": "Search the illustrations",

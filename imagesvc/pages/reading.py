@@ -13,7 +13,7 @@ from aiohttp import web
 
 from imagesvc import tools
 from imagesvc.errors import RateLimited
-from imagesvc.pages.assets import viewer_ready
+from imagesvc.pages.assets import VIEWER_READY
 from imagesvc.pages.render import render
 from imagesvc.web.keys import SERVICES
 from imagesvc.web.params import int_param
@@ -87,7 +87,7 @@ async def _reading(request: web.Request, number: int) -> web.Response:
         "next": book["pages"][at + 1] if at + 1 < len(numbers) else None,
         "position": at + 1,
         "iiif_info": f"/iiif/3/{book['id']}-{number}/info.json",
-        "viewer": viewer_ready(services.settings),
+        "viewer": request.app[VIEWER_READY],
     }
     headers = {"Cache-Control": "private, no-store"}  # metered text, sealed per key
     if limited is not None:
