@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc import tools
-from imagesvc.errors import RateLimited
+from imagesvc.errors import NotFound, RateLimited
 from imagesvc.pages.assets import VIEWER_READY
 from imagesvc.pages.render import render
 from imagesvc.web.keys import SERVICES
@@ -70,8 +70,8 @@ async def _reading(request: web.Request, number: int) -> web.Response:
         # status and Retry-After the API would send (a request-limit denial never gets this far).
         limited = exc
     numbers = [p["number"] for p in book["pages"]]
-    if number not in numbers:  # the catalog changed between the two reads: get_quote names the valid range
-        await tools.call(services, "get_quote", {"book_id": book["id"], "page": number}, tool_call(request))
+    if number not in numbers:  # only if the catalog changed between the two reads (get_quote checked the page)
+        raise NotFound(f"{book['title']!r} has no page {number}.", details={"book_id": book["id"]})
     at = numbers.index(number)
     page = book["pages"][at]
     images = [] if page.get("image_unavailable") else await _page_images(request, book["id"], number)
