@@ -106,6 +106,12 @@ async function rtl() {
   seen.next = await box(page, "nav.pager a.next");
   seen.ocrDirection = await page.locator(".col-ocr .body").evaluate((el) => getComputedStyle(el).direction);
   seen.ocrLang = await page.locator(".col-ocr .body").getAttribute("lang");
+  seen.imageBox = await box(page, "section.image");
+  seen.textBox = await box(page, "section.text");
+  await page.waitForFunction(() => Number(document.documentElement.dataset.tiles || 0) > 0);
+  seen.tilesDrawn = Number(await page.evaluate(() => document.documentElement.dataset.tiles));
+  await page.waitForTimeout(1500);
+  await page.screenshot({ path: `${outDir}/rtl.png` });
   await page.locator("p.byline").click();
   await Promise.all([page.waitForURL(/page=3/), page.keyboard.press("ArrowLeft")]);
   seen.afterArrowLeft = page.url();

@@ -37,6 +37,16 @@ def segment(value: Any) -> str:
     return quote(str(value), safe=":")
 
 
+def wait(seconds: Any) -> str:
+    """A Retry-After value for a person: ``45 seconds``, ``about 17 minutes``, ``about 3 hours``."""
+    n = int(seconds)
+    if n < 90:
+        return f"{n} second{'s' if n != 1 else ''}"
+    if n < 90 * 60:
+        return f"about {round(n / 60)} minutes"
+    return f"about {round(n / 3600)} hours"
+
+
 def score(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, int | float) else ""
 
@@ -50,7 +60,7 @@ def setup_templates(app: web.Application) -> None:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(local=local, score=score, lang_tag=lang_tag, segment=segment)
+    env.filters.update(local=local, score=score, lang_tag=lang_tag, segment=segment, wait=wait)
 
 
 def page_headers(request: web.Request) -> dict[str, str]:

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "viewer" / "pages.mjs"
 MODULES = ROOT / "viewer" / "node_modules"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-SCREENSHOTS = "IMAGESVC_PAGES_SCREENSHOTS"  # a folder to keep gallery.png, reading.png and phone.png in (docs/)
+SCREENSHOTS = "IMAGESVC_PAGES_SCREENSHOTS"  # a folder to keep the screenshots in, as pages-*.png (docs/)
 
 
 def _missing() -> str:
@@ -135,8 +135,11 @@ async def test_a_hebrew_book_reads_right_to_left(site: str, tmp_path: Path) -> N
     seen = await drive(site, "rtl", tmp_path)
     assert seen["next"]["x"] < seen["prev"]["x"]  # the next page lies to the left
     assert seen["ocrDirection"] == "rtl" and seen["ocrLang"] == "he"
+    assert seen["imageBox"]["x"] > seen["textBox"]["x"]  # the page image comes first, on the right
+    assert seen["tilesDrawn"] > 0  # deep zoom works inside the mirrored layout
     assert seen["afterArrowLeft"].endswith("?page=3")  # the left arrow turns to the next page
     assert seen["thumb2"]["x"] < seen["thumb1"]["x"]
+    _keep(tmp_path / "rtl.png")
 
 
 async def test_search_and_reading_work_without_javascript(site: str, tmp_path: Path) -> None:
