@@ -12,6 +12,7 @@ from imagesvc.access import make_access
 from imagesvc.access.identity import CrawlerVerifier, Identifier, Resolver, SystemResolver
 from imagesvc.catalog import Catalog
 from imagesvc.observability import MeteredStore, Metrics
+from imagesvc.pages import html_error_middleware, setup_pages
 from imagesvc.services import Services, colophon_secret
 from imagesvc.storage import make_store
 from imagesvc.storage.hot import HotObjects
@@ -30,9 +31,17 @@ def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Applica
     ``resolver`` answers the DNS look-ups of crawler verification (the system resolver by default).
     """
     resolver = resolver or SystemResolver()
-    # observe is outermost so it sees every final status; rejections sits inside error to see 429s as errors.
+    # observe is outermost so it sees every final status; rejections sits inside error to see 429s as errors;
+    # html_error renders the errors of pages for people (the JSON shape stays for everything else).
     app = web.Application(
-        middlewares=[observe_middleware, cors_middleware, error_middleware, rejections_middleware, access_middleware]
+        middlewares=[
+            observe_middleware,
+            cors_middleware,
+            error_middleware,
+            html_error_middleware,
+            rejections_middleware,
+            access_middleware,
+        ]
     )
     app[METRICS] = Metrics(settings.data_dir)
     app.on_response_prepare.append(on_prepare)
@@ -92,4 +101,5 @@ def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Applica
 
     app.cleanup_ctx.append(iiif_ctx)
     add_routes(app, settings.base_path)
+    setup_pages(app, settings)
     return app

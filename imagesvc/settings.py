@@ -213,6 +213,12 @@ class Settings:
     query_cache_size: int = _opt(
         1024, "Text-query embeddings kept in memory (least recently used are dropped).", _positive_int
     )
+    viewer_dir: str = _opt(
+        "",
+        "Folder holding the npm packages the reading page's deep-zoom viewer loads (OpenSeadragon), served under "
+        "/viewer/; scripts/install-viewer.sh fills it (empty: viewer/node_modules in the checkout).",
+        str,
+    )
 
     @property
     def image_base(self) -> str:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Install what tests/viewer/test_mirador.py needs: Debian's chromium (as root only) and the npm packages pinned by
-# viewer/package-lock.json (Mirador 4.0.0 and playwright-core, which drives the system Chromium and downloads no
-# browser). Idempotent: `npm ci` runs only when package.json or package-lock.json changed since the last install.
+# Install the viewers and what drives them: Debian's chromium (as root only) and the npm packages pinned by
+# viewer/package-lock.json: OpenSeadragon (the reading page's deep-zoom viewer, served by the app under /viewer/),
+# Mirador 4.0.0 (tests/viewer/test_mirador.py) and playwright-core, which drives the system Chromium in the browser
+# tests (tests/viewer, tests/pages) and downloads no browser. Idempotent: `npm ci` runs only when package.json or
+# package-lock.json changed since the last install.
 # Without root or npm it installs what it can, says what is missing, and exits 0 (the test then skips, or fails on CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -43,7 +43,7 @@ def _uncounted(request: web.Request) -> bool:
     return (
         request.method == "OPTIONS"
         or path in UNCOUNTED_SITE_PATHS
-        or path.startswith("/img/")
+        or path.startswith(("/img/", "/static/", "/viewer/"))  # public images and the pages' own files
         or api_path(request) in UNCOUNTED_API_PATHS
     )
 

@@ -47,6 +47,12 @@ class RouteDoc:
     extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # other documented responses by status
 
 
+_HTML = {"text/html": {"schema": {"type": "string"}}}
+# Pages for people answer HTML, their errors included (imagesvc/pages); the JSON error shape stays for the API.
+_PAGE_ERRORS = {
+    str(status): {"description": f"{what}, as an HTML page.", "content": _HTML}
+    for status, what in ((400, "A bad parameter"), (404, "Unknown book, page or id"), (429, "A limit reached"))
+}
 _JSON_RPC_ERROR = {"type": "object", "required": ["jsonrpc", "error"], "properties": {"error": {"type": "object"}}}
 
 ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
@@ -87,6 +93,29 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
     ),
     ("DELETE", "/mcp"): RouteDoc(extra={"204": {"description": "Always: stateless, there is no session to end."}}),
     ("GET", "/llms.txt"): RouteDoc(media="text/plain"),
+    ("GET", "/"): RouteDoc(
+        "Gallery search page for people (HTML): the search_images tool with a form; same parameters as /gallery.",
+        media="text/html",
+        extra=_PAGE_ERRORS,
+    ),
+    ("GET", "/illustration/{id}"): RouteDoc(
+        "One illustration's page for people (HTML), with pictures like it.", media="text/html", extra=_PAGE_ERRORS
+    ),
+    ("GET", "/collections"): RouteDoc("Curated collections, for people (HTML).", media="text/html"),
+    ("GET", "/collections/{slug}"): RouteDoc(
+        "One curated collection, for people (HTML).", media="text/html", extra=_PAGE_ERRORS
+    ),
+    ("GET", "/book/{slug}"): RouteDoc(
+        "A book's page for people (HTML); with page=N the page that citation URLs open: the image in a deep-zoom "
+        "viewer, its text and citations. Costs what the get_quote tool costs.",
+        media="text/html",
+        extra=_PAGE_ERRORS,
+    ),
+    ("GET", "/static/{path}"): RouteDoc("The pages' stylesheet and script; counts nothing.", media="text/css"),
+    ("GET", "/viewer/{path}"): RouteDoc(
+        "The reading page's deep-zoom viewer (OpenSeadragon, installed at set-up); counts nothing.",
+        media="text/javascript",
+    ),
 }
 
 

@@ -1,0 +1,96 @@
+"""Book pages: ``/book/{slug}`` (metadata, attribution, chapters, page thumbnails) and ``/book/{slug}?page=N``, the
+page that citation URLs open (the page image in a deep-zoom viewer, its text side by side, citations, illustrations).
+
+The reading page costs what ``GET /api/books/{slug}/quote?page=N`` costs, since the text it shows is that tool's output:
+one request and one unit of the text pool. Book metadata and the illustration outlines deliver no budgeted content.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from imagesvc import tools
+from imagesvc.errors import NotFound, RateLimited
+from imagesvc.pages.assets import VIEWER_READY
+from imagesvc.pages.render import render
+from imagesvc.web.keys import SERVICES
+from imagesvc.web.params import accepts
+from imagesvc.web.rest import tool_call
+
+__all__ = ["book"]
+
+MAX_IMAGES = 200  # get_book_images' largest page
+
+
+@accepts({"properties": {"page": {"type": "integer", "minimum": 1, "description": "The reading page of page N."}}})
+async def book(request: web.Request, arguments: dict[str, Any]) -> web.Response:
+    """``GET /book/{slug}``: the book page; with ``?page=N``, that page's reading page (the citation URL)."""
+    if arguments.get("page") is None:
+        return await _overview(request)
+    return await _reading(request, arguments["page"])
+
+
+async def _book(request: web.Request) -> dict[str, Any]:
+    args = {"book_id": request.match_info["slug"]}
+    return await tools.call(request.app[SERVICES], "get_book", args, tool_call(request))
+
+
+async def _overview(request: web.Request) -> web.Response:
+    book = await _book(request)
+    return render(request, "book.html", {"title": book["title"], "book": book, "rtl": _rtl(book)})
+
+
+def _rtl(book: dict[str, Any]) -> bool:
+    return book.get("viewing_direction") == "right-to-left"
+
+
+async def _page_images(request: web.Request, book_id: str, number: int) -> list[dict[str, Any]]:
+    """The illustrations on page ``number``, from get_book_images (paged through for books with many)."""
+    services, call, found, offset = request.app[SERVICES], tool_call(request), [], 0
+    while True:
+        args = {"book_id": book_id, "limit": MAX_IMAGES, "offset": offset}
+        result = await tools.call(services, "get_book_images", args, call)
+        found += [i for i in result["items"] if i["pageNumber"] == number]
+        if not result["hasMore"]:
+            return found
+        offset += MAX_IMAGES
+
+
+async def _reading(request: web.Request, number: int) -> web.Response:
+    services = request.app[SERVICES]
+    book = await _book(request)
+    quote: dict[str, Any] | None = None
+    limited: RateLimited | None = None
+    try:
+        args = {"book_id": book["id"], "page": number, "include_original": True}
+        quote = await tools.call(services, "get_quote", args, tool_call(request))
+    except RateLimited as exc:
+        # The text budget is spent: the page still shows its image and says when the text comes back, with the
+        # status and Retry-After the API would send (a request-limit denial never gets this far).
+        limited = exc
+    numbers = [p["number"] for p in book["pages"]]
+    if number not in numbers:  # only if the catalog changed between the two reads (get_quote checked the page)
+        raise NotFound(f"{book['title']!r} has no page {number}.", details={"book_id": book["id"]})
+    at = numbers.index(number)
+    page = book["pages"][at]
+    images = [] if page.get("image_unavailable") else await _page_images(request, book["id"], number)
+    context = {
+        "title": f"{book['title']}, p. {number}",
+        "book": book,
+        "page": page,
+        "quote": quote,
+        "limited": limited,
+        "images": images,
+        "rtl": _rtl(book),
+        "prev": book["pages"][at - 1] if at > 0 else None,
+        "next": book["pages"][at + 1] if at + 1 < len(numbers) else None,
+        "position": at + 1,
+        "iiif_info": f"/iiif/3/{book['id']}-{number}/info.json",
+        "viewer": request.app[VIEWER_READY],
+    }
+    headers = {"Cache-Control": "private, no-store"}  # metered text, sealed per key
+    if limited is not None:
+        return render(request, "reading.html", context, status=limited.status, headers={**headers, **limited.headers})
+    return render(request, "reading.html", context, headers=headers)

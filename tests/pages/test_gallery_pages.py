@@ -1,0 +1,143 @@
+"""The gallery pages over HTTP: the site root is a search page whose form and URL are the /api/gallery query, its
+results are the tool's results, and every picture comes from the image host with its description as alt text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from aiohttp.test_utils import TestClient
+
+from tests.library import SITE, settings_for
+from tests.pages.conftest import MakeClient
+from tests.pages.markup import parse
+from tests.search.conftest import TINY, index_library
+
+HTML = {"Accept": "text/html,application/xhtml+xml"}
+FILTER_NAMES = ["q", "type", "subject", "figure", "symbol", "year_from", "year_to", "book", "collection"]
+
+
+def card_ids(html: str) -> list[str]:
+    return [e.attrs["id"].removeprefix("ill-") for e in parse(html).all("li", cls="card")]
+
+
+async def test_the_site_root_is_a_search_page_not_a_json_404(client: TestClient) -> None:
+    resp = await client.get("/", headers=HTML)
+    assert resp.status == 200
+    assert resp.content_type == "text/html"
+    doc = parse(await resp.text())
+    form = doc.one("form", role="search")
+    assert form.attrs["method"] == "get"
+    # The form's fields are the filters of search_images, under the names GET /api/gallery takes.
+    names = [e.attrs["name"] for e in doc.all() if e.tag in ("input", "select") and e.attrs.get("name")]
+    assert names == FILTER_NAMES
+    for name in FILTER_NAMES:  # each has a visible label
+        doc.one("label", for_=f"f-{name}")
+    assert doc.one("input", name="year_from").attrs["type"] == "number"
+    options = [o.attrs["value"] for o in doc.all("option") if o.attrs["value"]]
+    assert "demo-sefer-maarekhet-ha-kokhavim" in options and "demo-heavens" in options  # a book, a collection
+
+
+async def test_results_are_the_gallery_tools_results_in_order(client: TestClient) -> None:
+    query = {"q": "furnace", "maxPerBook": "10"}
+    page = await client.get("/", params=query, headers=HTML)
+    api = await (await client.get("/api/gallery", params=query)).json()
+    html = await page.text()
+    assert api["items"], "the demo library has furnaces"
+    assert card_ids(html) == [item["id"] for item in api["items"]]
+    scores = [e.attrs["value"] for e in parse(html).all("data")]
+    assert [float(s) for s in scores] == [item["similarity"] for item in api["items"]]
+    assert f"1–{len(api['items'])} of {api['total']} pictures" in parse(html).one("p", cls="count").text
+
+
+async def test_the_url_holds_the_whole_query_and_pages_through(client: TestClient) -> None:
+    query = {"book": "demo-sefer-maarekhet-ha-kokhavim", "year_from": "1500", "maxPerBook": "10", "limit": "2"}
+    doc = parse(await (await client.get("/", params=query, headers=HTML)).text())
+    assert doc.one("input", name="q").attrs["value"] == ""
+    assert doc.one("input", name="year_from").attrs["value"] == "1500"
+    (selected,) = [o for o in doc.all("option") if "selected" in o.attrs]
+    assert selected.attrs["value"] == "demo-sefer-maarekhet-ha-kokhavim"
+    following = doc.one("a", rel="next").attrs["href"]
+    assert parse_qs(urlsplit(following).query) == {**{k: [v] for k, v in query.items()}, "offset": ["2"]}
+    second = await client.get(following, headers=HTML)
+    api = await (await client.get("/api/gallery", params={**query, "offset": "2"})).json()
+    assert card_ids(await second.text()) == [item["id"] for item in api["items"]]
+    assert parse(await second.text()).one("a", rel="prev")
+
+
+async def test_pictures_come_from_the_image_host_with_descriptions_as_alt_text(client: TestClient) -> None:
+    api = await (await client.get("/api/gallery", params={"maxPerBook": "1000", "limit": "50"})).json()
+    doc = parse(await (await client.get("/", params={"maxPerBook": "1000", "limit": "50"}, headers=HTML)).text())
+    images = doc.all("img")
+    assert len(images) == len(api["items"]) > 20
+    for img, item in zip(images, api["items"], strict=True):
+        assert img.attrs["src"] == item["thumbnailUrl"]
+        assert img.attrs["src"].startswith(f"{SITE}/img/")  # the public, marked tier
+        assert img.attrs["alt"] == item["description"]
+    # Each result opens the page it is printed on, at its citation URL.
+    hrefs = [a.attrs["href"] for a in doc.all("a", cls="thumb")]
+    assert hrefs == [item["citationUrl"].removeprefix(SITE) for item in api["items"]]
+
+
+async def test_a_hostile_query_is_shown_as_text(client: TestClient) -> None:
+    hostile = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
+    resp = await client.get("/", params={"q": hostile}, headers=HTML)
+    html = await resp.text()
+    assert resp.status == 200
+    assert "<script>alert" not in html and "<img src=x" not in html
+    assert parse(html).one("input", name="q").attrs["value"] == hostile
+    assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
+
+
+async def test_a_bad_filter_is_a_page_that_says_which(client: TestClient) -> None:
+    resp = await client.get("/", params={"year_from": "soon"}, headers=HTML)
+    assert resp.status == 400
+    assert resp.content_type == "text/html"
+    assert "year_from" in parse(await resp.text()).one("p", cls="message").text
+    api = await client.get("/api/gallery", params={"year_from": "soon"})
+    assert api.status == 400 and (await api.json())["error"] == "invalid_request"  # the API keeps its JSON
+
+
+async def test_collections_show_their_covers_counts_and_items(client: TestClient) -> None:
+    api = await (await client.get("/api/gallery/collections")).json()
+    doc = parse(await (await client.get("/collections", headers=HTML)).text())
+    covers = [img.attrs["src"] for img in doc.all("img")]
+    assert covers == [c["coverImage"] for c in api["collections"]]
+    for c in api["collections"]:
+        link = doc.all("a", href=f"/collections/{c['slug']}")
+        assert link and any(c["title"] == a.text for a in link)
+        one = await client.get(f"/collections/{c['slug']}", headers=HTML)
+        items = (await (await client.get(f"/api/gallery/collections/{c['slug']}")).json())["items"]
+        assert card_ids(await one.text()) == [i["id"] for i in items]
+        assert f"{c['imageCount']} picture" in await one.text()
+    missing = await client.get("/collections/no-such-set", headers=HTML)
+    assert missing.status == 404 and missing.content_type == "text/html"
+
+
+async def test_an_illustration_page_describes_it_and_links_its_page(client: TestClient) -> None:
+    items = (await (await client.get("/api/gallery", params={"q": "furnace"})).json())["items"]
+    item = await (await client.get(f"/api/gallery/images/{items[0]['id']}")).json()
+    doc = parse(await (await client.get(f"/illustration/{item['id']}", headers=HTML)).text())
+    assert doc.one("h1").text == item["description"]
+    assert doc.one("p", cls="museum").text == item["museumDescription"]
+    img = doc.one("img")
+    assert img.attrs["src"] == item["tiers"]["display"]["url"] and img.attrs["alt"] == item["description"]
+    assert doc.all("a", href=item["citationUrl"].removeprefix(SITE))
+    unknown = await client.get("/illustration/nope:0", headers=HTML)
+    assert unknown.status == 404 and unknown.content_type == "text/html"
+
+
+async def test_more_like_this_appears_only_when_clip_can_rank(make_client: MakeClient, data_dir: Path) -> None:
+    plain = await make_client()
+    doc = parse(await (await plain.get("/", params={"q": "furnace"}, headers=HTML)).text())
+    assert not [a for a in doc.all("a") if a.text == "More like this"]  # full text only: no link that would fail
+    await index_library(settings_for(data_dir, **TINY))
+    clip = await make_client(**TINY)
+    doc = parse(await (await clip.get("/", params={"q": "furnace"}, headers=HTML)).text())
+    likes = [a.attrs["href"] for a in doc.all("a") if a.text == "More like this"]
+    assert len(likes) == len(doc.all("li", cls="card")) > 0
+    first = card_ids(await (await clip.get(likes[0], headers=HTML)).text())
+    api = await (await clip.get("/api/gallery", params={"like": first[0]})).json()
+    assert first == [i["id"] for i in api["items"]] and first[0] == likes[0].split("=", 1)[1]
+    entry = parse(await (await clip.get(f"/illustration/{first[0]}", headers=HTML)).text())
+    assert entry.one("h2", id="similar") and entry.all("li", cls="card")
