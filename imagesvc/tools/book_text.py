@@ -8,7 +8,7 @@ from imagesvc.errors import NotFound
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
 from imagesvc.tools.books import require_book
-from imagesvc.tools.citations import Sealer, bibliography, doi_url
+from imagesvc.tools.citations import Sealer, attribution, bibliography, doi_url
 from imagesvc.tools.quotes import (
     FIELD_NAMES,
     PAGE_SCHEMA,
@@ -113,6 +113,7 @@ async def get_book_text(
             "url": services.book_url(book["slug"]),
             "doi_url": doi_url(book["doi"]),
         },
+        "attribution": attribution(book),
         "license": book["license"],
         "colophon": sealer.active,
     }

@@ -7,6 +7,7 @@ from typing import Any
 from imagesvc.errors import NotFound
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
+from imagesvc.tools.citations import attribution
 
 __all__ = ["book_summary", "get_book", "list_books", "require_book", "unknown_book"]
 
@@ -47,11 +48,7 @@ def book_summary(services: Services, book: dict[str, Any]) -> dict[str, Any]:
         "url": services.book_url(book["slug"]),
         "page_count": pages,
         "translation_progress": round((book.get("translated_pages") or 0) / pages, 3) if pages else 0.0,
-        "attribution": {
-            "institution": book["institution"],
-            "institution_url": book["institution_url"],
-            "item_url": book["item_url"],
-        },
+        "attribution": attribution(book),
         "license": book["license"],
     }
 
