@@ -9,9 +9,14 @@ from imagesvc.services import Services
 from imagesvc.tools import Call, tool
 from imagesvc.tools.citations import attribution
 
-__all__ = ["book_summary", "get_book", "list_books", "require_book", "unknown_book"]
+__all__ = ["INCLUDE_IMAGES", "book_summary", "get_book", "list_books", "require_book", "unknown_book"]
 
 TIERS = ("full", "display", "thumb")
+INCLUDE_IMAGES = {
+    "type": "boolean",
+    "default": False,
+    "description": "MCP: also return up to 4 thumbnails as image content (about 92 KB); off by default.",
+}
 
 
 def require_book(services: Services, book_id: str, *, counts: bool = True) -> dict[str, Any]:
@@ -99,10 +104,11 @@ async def list_books(services: Services, call: Call, limit: int = 50, offset: in
         "required": ["book_id"],
         "properties": {
             "book_id": {"type": "string", "minLength": 1, "description": "Book id or slug."},
+            "include_images": INCLUDE_IMAGES,
         },
     },
 )
-async def get_book(services: Services, call: Call, book_id: str) -> dict[str, Any]:
+async def get_book(services: Services, call: Call, book_id: str, include_images: bool = False) -> dict[str, Any]:
     """Book metadata (summary, chapters, DOI, edition info, attribution) and the page list with image URLs.
 
     Pages with no held image carry ``image_unavailable: true`` and no image URL at all.

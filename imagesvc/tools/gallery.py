@@ -9,7 +9,7 @@ from imagesvc.search.engine import engine_for
 from imagesvc.search.gallery import Query
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
-from imagesvc.tools.books import book_summary, require_book
+from imagesvc.tools.books import INCLUDE_IMAGES, book_summary, require_book
 
 __all__ = ["gallery_items", "get_book_images", "get_collection", "get_image", "list_collections", "search_images"]
 
@@ -73,6 +73,7 @@ SEARCH_SCHEMA = {
         "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 20},
         "offset": {"type": "integer", "minimum": 0, "maximum": 100_000, "default": 0},
         "min_score": {"type": "number", "minimum": -1, "maximum": 2},
+        "include_images": INCLUDE_IMAGES,
     }
 }
 
@@ -88,6 +89,7 @@ async def search_images(
     max_per_book: int = 3,
     limit: int = 20,
     offset: int = 0,
+    include_images: bool = False,
     **filters: Any,
 ) -> dict[str, Any]:
     """Search illustrations by what they show (CLIP, when weights are configured, fused with full text over
@@ -130,8 +132,11 @@ async def search_images(
     }
 
 
-@tool("get_image", {"required": ["id"], "properties": {"id": {"type": "string", "minLength": 1}}})
-async def get_image(services: Services, call: Call, id: str) -> dict[str, Any]:
+@tool(
+    "get_image",
+    {"required": ["id"], "properties": {"id": {"type": "string", "minLength": 1}, "include_images": INCLUDE_IMAGES}},
+)
+async def get_image(services: Services, call: Call, id: str, include_images: bool = False) -> dict[str, Any]:
     """One illustration's full metadata, museum description and source book context (title, author, year, DOI,
     page, citation URL) with the URL and size of each image tier. Unknown or removed id: not_found."""
     items = gallery_items(services, [id])
@@ -161,11 +166,12 @@ async def get_image(services: Services, call: Call, id: str) -> dict[str, Any]:
             "book_id": {"type": "string", "minLength": 1, "description": "Book id or slug."},
             "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
             "offset": {"type": "integer", "minimum": 0, "maximum": 1_000_000_000, "default": 0},
+            "include_images": INCLUDE_IMAGES,
         },
     },
 )
 async def get_book_images(
-    services: Services, call: Call, book_id: str, limit: int = 50, offset: int = 0
+    services: Services, call: Call, book_id: str, limit: int = 50, offset: int = 0, include_images: bool = False
 ) -> dict[str, Any]:
     """The illustrations of one book in page order, as gallery items. Unknown book: not_found."""
     book = require_book(services, book_id)
@@ -207,16 +213,22 @@ def _collection_entry(services: Services, row: dict[str, Any], items: list[dict[
     }
 
 
-@tool("list_collections", {"properties": {}})
-async def list_collections(services: Services, call: Call) -> dict[str, Any]:
+@tool("list_collections", {"properties": {"include_images": INCLUDE_IMAGES}})
+async def list_collections(services: Services, call: Call, include_images: bool = False) -> dict[str, Any]:
     """Curated image collections with a cover image and their number of (live) images."""
     rows = services.catalog.collections()
     out = [_collection_entry(services, row, gallery_items(services, row["item_ids"])) for row in rows]
     return {"collections": out, "total": len(out)}
 
 
-@tool("get_collection", {"required": ["slug"], "properties": {"slug": {"type": "string", "minLength": 1}}})
-async def get_collection(services: Services, call: Call, slug: str) -> dict[str, Any]:
+@tool(
+    "get_collection",
+    {
+        "required": ["slug"],
+        "properties": {"slug": {"type": "string", "minLength": 1}, "include_images": INCLUDE_IMAGES},
+    },
+)
+async def get_collection(services: Services, call: Call, slug: str, include_images: bool = False) -> dict[str, Any]:
     """One collection with its resolved items; ``imageCount`` always equals ``len(items)``. Unknown slug: not_found."""
     row = _require_collection(services, slug)
     items = gallery_items(services, row["item_ids"])
