@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from imagesvc.errors import NotFound
+from imagesvc.catalog import illustration_key
+from imagesvc.errors import InvalidRequest, NotFound
 from imagesvc.search.engine import engine_for
 from imagesvc.search.gallery import Query
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
 from imagesvc.tools.books import INCLUDE_IMAGES, book_summary, require_book
+from imagesvc.tools.paging import envelope
 
 __all__ = ["gallery_items", "get_book_images", "get_collection", "get_image", "list_collections", "search_images"]
 
@@ -22,8 +24,8 @@ def _books(services: Services, book_ids: set[str]) -> dict[str, dict[str, Any]]:
 
 
 def gallery_items(services: Services, ids: list[str], extra: list[dict[str, Any]] | None = None) -> list[dict]:
-    """Gallery items (reference field names) for the live ones among ``ids``, in order; ``extra[i]`` is merged
-    into item ``i``. Image URLs are on the image host."""
+    """Gallery items for the live ones among ``ids``, in order; ``extra[i]`` is merged into item ``i``. Image URLs
+    are on the image host; field names follow the README's Vocabulary."""
     rows = services.catalog.live_illustrations(ids)
     books = _books(services, {r["book_id"] for r in rows.values()})
     tiers = services.catalog.renditions(rows)
@@ -35,21 +37,20 @@ def gallery_items(services: Services, ids: list[str], extra: list[dict[str, Any]
         book, t = books[ill["book_id"]], tiers.get(iid, {})
         item = {
             "id": iid,
-            "pageId": ill["page_id"],
-            "bookId": book["id"],
-            "pageNumber": ill["page_number"],
-            "detectionIndex": ill["idx"],
-            "imageUrl": services.image_url(t["display"]["public_key"]) if "display" in t else None,
-            "thumbnailUrl": services.image_url(t["thumb"]["public_key"]) if "thumb" in t else None,
-            "bookTitle": book["title"],
+            "page_id": ill["page_id"],
+            "book_id": book["id"],
+            "page": ill["page_number"],
+            "index": ill["idx"],
+            **{f"image_{tier}": services.image_url(t[tier]["public_key"]) if tier in t else None for tier in TIERS},
+            "book_title": book["title"],
             "author": book["author"],
             "year": ill["year"] if ill["year"] is not None else book["year"],
             "description": ill["description"],
             "type": ill["type"],
             "bbox": {"x": ill["bbox_x"], "y": ill["bbox_y"], "width": ill["bbox_w"], "height": ill["bbox_h"]},
-            "museumDescription": ill["museum_description"],
+            "museum_description": ill["museum_description"],
             "metadata": {"subjects": ill["subjects"], "figures": ill["figures"], "symbols": ill["symbols"]},
-            "citationUrl": services.page_url(book["slug"], ill["page_number"]),
+            "citation_url": services.page_url(book["slug"], ill["page_number"]),
         }
         if extra is not None:
             item.update(extra[n])
@@ -69,9 +70,20 @@ SEARCH_SCHEMA = {
         "year_to": {"type": "integer"},
         "book_id": {"type": "string", "minLength": 1, "description": "Book id or slug."},
         "collection": {"type": "string", "minLength": 1, "description": "Collection slug."},
-        "max_per_book": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 3},
+        "max_per_book": {"type": "integer", "minimum": 1, "maximum": 1_000_000, "default": 3},
+        "fold_duplicates": {
+            "type": "boolean",
+            "default": False,
+            "description": "Show one of each group of near-duplicate pictures; the others are listed in duplicates.",
+        },
         "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 20},
         "offset": {"type": "integer", "minimum": 0, "maximum": 100_000, "default": 0},
+        "cursor": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 200,
+            "description": "next_cursor of the previous page: continues a listing without query or like, to any depth.",
+        },
         "min_score": {"type": "number", "minimum": -1, "maximum": 2},
         "include_images": INCLUDE_IMAGES,
     }
@@ -87,18 +99,26 @@ async def search_images(
     book_id: str | None = None,
     collection: str | None = None,
     max_per_book: int = 3,
+    fold_duplicates: bool = False,
     limit: int = 20,
     offset: int = 0,
+    cursor: str | None = None,
     include_images: bool = False,
     **filters: Any,
 ) -> dict[str, Any]:
     """Search illustrations by what they show (CLIP, when weights are configured, fused with full text over
     descriptions, subjects, figures and symbols) and by type, subject, figure, symbol, year range, book or collection.
 
-    Filters apply before ranking; at most ``max_per_book`` results per book (1000 to enumerate). Each item has a
-    ``similarity`` (the ranking score; ``min_score`` drops lower ones). ``search.clip`` says whether CLIP is on.
-    Unknown book, collection or ``like`` id: not_found.
+    Filters apply before ranking; at most ``max_per_book`` results per book. Each item has a ``similarity`` (the
+    ranking score; ``min_score`` drops lower ones) and its near-duplicates' ids in ``duplicates``; with
+    ``fold_duplicates`` only the best of each group is shown. ``total`` counts illustrations. Without ``query`` or
+    ``like`` the listing is in catalog order and ``next_cursor`` continues it past any offset: with a high
+    ``max_per_book`` (1000) this enumerates every live illustration exactly once. ``search.clip`` says whether
+    CLIP is on. Errors: unknown book, collection or ``like`` id (not_found); a cursor with a ranked query, with an
+    offset, or not taken from ``next_cursor`` (invalid_request).
     """
+    if cursor is not None:
+        _check_cursor(cursor, offset, ranked=bool((query or "").strip()) or like is not None)
     book_ids = None
     if book_id is not None:
         book_ids = (require_book(services, book_id)["id"],)
@@ -113,6 +133,8 @@ async def search_images(
         max_per_book=max_per_book,
         limit=limit,
         offset=offset,
+        fold_duplicates=fold_duplicates,
+        after=cursor,
         **filters,
     )
     engine = engine_for(services)
@@ -122,14 +144,37 @@ async def search_images(
         for s, c, t, dups in zip(ranked.similarity, ranked.clip, ranked.text, ranked.duplicates, strict=True)
     ]
     items = gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
-    return {
-        "items": items,
-        "total": ranked.total,
-        "hasMore": offset + len(ranked.rows) < ranked.total,
-        "limit": limit,
-        "offset": offset,
-        "search": engine.status(),
-    }
+    unranked = q.text is None and like is None
+    last = table.ids[ranked.rows[-1]] if ranked.rows else None
+    return envelope(
+        items,
+        total=ranked.total,
+        limit=limit,
+        offset=offset,
+        has_more=ranked.more,
+        next_cursor=last if unranked and ranked.more else None,
+        search=engine.status(),
+    )
+
+
+def _check_cursor(cursor: str, offset: int, *, ranked: bool) -> None:
+    """A cursor continues the unranked listing from where ``next_cursor`` left it; anything else is a 400."""
+    problem = None
+    if ranked:
+        problem = "A cursor continues the listing without query or like; ranked results page by offset."
+    elif offset:
+        problem = "Give either cursor or offset, not both."
+    else:
+        try:
+            illustration_key(cursor)
+        except ValueError:
+            problem = f"{cursor!r} is not a cursor this service gave out."
+    if problem is not None:
+        raise InvalidRequest(
+            problem,
+            recovery=["Pass the next_cursor of the previous page unchanged, with the same filters and no offset."],
+            details={"argument": "cursor"},
+        )
 
 
 @tool(
@@ -148,7 +193,7 @@ async def get_image(services: Services, call: Call, id: str, include_images: boo
         )
     item = items[0]
     tiers = services.catalog.renditions([id])[id]
-    book = services.catalog.find_book(item["bookId"])
+    book = services.catalog.find_book(item["book_id"])
     item["tiers"] = {
         t: {"url": services.image_url(r["public_key"]), "width": r["width"], "height": r["height"]}
         for t, r in tiers.items()
@@ -177,14 +222,7 @@ async def get_book_images(
     book = require_book(services, book_id)
     ids = [r["id"] for r in services.catalog.book_illustrations(book["id"])]
     items = gallery_items(services, ids[offset : offset + limit])
-    return {
-        "book": book_summary(services, book),
-        "items": items,
-        "total": len(ids),
-        "hasMore": offset + limit < len(ids),
-        "limit": limit,
-        "offset": offset,
-    }
+    return envelope(items, total=len(ids), limit=limit, offset=offset, book=book_summary(services, book))
 
 
 def _require_collection(services: Services, slug: str) -> dict[str, Any]:
@@ -207,9 +245,9 @@ def _collection_entry(services: Services, row: dict[str, Any], items: list[dict[
         "title": row["title"],
         "description": row["description"],
         "featured": bool(row["featured"]),
-        "imageCount": len(items),  # counted from what resolves, never from stored ids
-        "coverImage": cover["thumbnailUrl"] if cover else None,
-        "coverId": cover["id"] if cover else None,
+        "imageCount": len(items),  # the spec's name; counted from what resolves, never from stored ids
+        "cover_image": cover["image_thumb"] if cover else None,
+        "cover_id": cover["id"] if cover else None,
     }
 
 
@@ -218,7 +256,7 @@ async def list_collections(services: Services, call: Call, include_images: bool 
     """Curated image collections with a cover image and their number of (live) images."""
     rows = services.catalog.collections()
     out = [_collection_entry(services, row, gallery_items(services, row["item_ids"])) for row in rows]
-    return {"collections": out, "total": len(out)}
+    return envelope(out, total=len(out), limit=len(out))
 
 
 @tool(

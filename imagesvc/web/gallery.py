@@ -10,7 +10,7 @@ from aiohttp import web
 from imagesvc import tools
 from imagesvc.errors import InvalidRequest
 from imagesvc.web.keys import SERVICES
-from imagesvc.web.params import int_param, str_param
+from imagesvc.web.params import bool_param, int_param, str_param
 from imagesvc.web.rest import tool_call
 
 __all__ = ["book_images", "collection", "collections", "gallery", "image", "vectors"]
@@ -52,9 +52,11 @@ async def gallery(request: web.Request) -> web.Response:
         "year_to": int_param(request, "year_to"),
         "book_id": str_param(request, "book"),
         "collection": str_param(request, "collection"),
-        "max_per_book": int_param(request, "maxPerBook", 3, minimum=1, maximum=1000),
+        "max_per_book": int_param(request, "maxPerBook", 3, minimum=1, maximum=1_000_000),
+        "fold_duplicates": bool_param(request, "fold_duplicates", False),
         "limit": limit,
         "offset": int_param(request, "offset", 0, minimum=0, maximum=100_000),
+        "cursor": str_param(request, "cursor"),
         "min_score": _float_param(request, "min_score"),
     }
     return await _call(request, "search_images", args)

@@ -39,7 +39,7 @@ log = logging.getLogger("imagesvc.mcp")
 # count and size. Off by default: four thumbnails are about 92 KB of base64 in every answer.
 MAX_THUMBNAILS = 4
 MAX_THUMB_BYTES = 96 * 1024
-THUMB_FIELDS = frozenset({"image_thumb", "thumbnailUrl"})
+THUMB_FIELDS = frozenset({"image_thumb"})
 IMAGES_ARGUMENT = "include_images"  # declared by the tools whose results name thumbnails; image content is opt-in
 
 

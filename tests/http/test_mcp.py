@@ -88,8 +88,8 @@ async def examples(session: ClientSession) -> dict[str, dict[str, Any]]:
             args["get_image"] = {"id": items[0]["id"]}
     if "list_collections" in names:
         found = await session.call_tool("list_collections", {})
-        if found.structured_content["collections"]:
-            args["get_collection"] = {"slug": found.structured_content["collections"][0]["slug"]}
+        if found.structured_content["items"]:
+            args["get_collection"] = {"slug": found.structured_content["items"][0]["slug"]}
     return args
 
 
