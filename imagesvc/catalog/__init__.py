@@ -18,7 +18,7 @@ from imagesvc.catalog.schema import SCHEMA_VERSION, migrate
 
 __all__ = ["Catalog", "book_id_for", "illustration_id", "illustration_key", "page_id"]
 
-_JSON_COLUMNS = ("chapters", "edition", "subjects", "figures", "symbols")
+_JSON_COLUMNS = ("chapters", "edition", "subjects", "figures", "symbols", "edition_languages")
 
 
 def book_id_for(slug: str) -> str:

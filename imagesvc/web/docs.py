@@ -56,6 +56,7 @@ _JSON_RPC_ERROR = {"type": "object", "required": ["jsonrpc", "error"], "properti
 ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
     ("GET", "/health"): RouteDoc(extra={"503": {"description": "The object store does not answer."}}),
     ("GET", "/books"): RouteDoc(tool="list_books"),
+    ("GET", "/books/library"): RouteDoc(tool="list_books"),
     ("GET", "/books/{book_id}"): RouteDoc(tool="get_book"),
     ("GET", "/books/{book_id}/quote"): RouteDoc(tool="get_quote"),
     ("GET", "/books/{book_id}/text"): RouteDoc(tool="get_book_text"),

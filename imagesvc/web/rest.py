@@ -8,13 +8,13 @@ from pathlib import Path
 from aiohttp import web
 
 from imagesvc import __version__, tools
-from imagesvc.errors import NotFound
+from imagesvc.errors import InvalidRequest, NotFound
 from imagesvc.search.engine import engine_for
 from imagesvc.storage import StoreUnavailable
 from imagesvc.web.keys import CALLER, METER, SERVICES
-from imagesvc.web.params import int_param
+from imagesvc.web.params import bool_param, int_param, str_param
 
-__all__ = ["book", "books", "health", "public_image"]
+__all__ = ["book", "books", "health", "library", "public_image"]
 
 
 async def health(request: web.Request) -> web.Response:
@@ -39,8 +39,32 @@ async def health(request: web.Request) -> web.Response:
 async def books(request: web.Request) -> web.Response:
     args = {
         "limit": int_param(request, "limit", 50, minimum=1, maximum=200),
-        "offset": int_param(request, "offset", 0, minimum=0),
+        "skip": int_param(request, "skip", int_param(request, "offset", 0, minimum=0), minimum=0),
     }
+    return web.json_response(await tools.call(request.app[SERVICES], "list_books", args, tool_call(request)))
+
+
+async def library(request: web.Request) -> web.Response:
+    """``GET /books/library``: the list_books tool; each query parameter is one of its arguments, typed by its
+    input schema (an unknown parameter is a 400 naming the known ones)."""
+    schema = tools.load_all()["list_books"].input_schema["properties"]
+    unknown = sorted(set(request.query) - set(schema))
+    if unknown:
+        raise InvalidRequest(
+            f"Unknown parameter {unknown[0]!r} for /books/library.",
+            recovery=[f"Use: {', '.join(schema)}."],
+            details={"parameter": unknown[0]},
+        )
+    args: dict[str, object] = {}
+    for name, spec in schema.items():
+        if spec.get("type") == "integer":
+            value: object = int_param(request, name, minimum=spec.get("minimum"), maximum=spec.get("maximum"))
+        elif spec.get("type") == "boolean":
+            value = bool_param(request, name, None)  # type: ignore[arg-type]
+        else:
+            value = str_param(request, name)
+        if value is not None:
+            args[name] = value
     return web.json_response(await tools.call(request.app[SERVICES], "list_books", args, tool_call(request)))
 
 
