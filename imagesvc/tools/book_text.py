@@ -110,7 +110,7 @@ async def get_book_text(
         "max_pages": MAX_TEXT_PAGES,
         "citation": {
             "bibliography": bibliography(book),
-            "url": services.book_url(book["slug"]),
+            "citation_url": services.book_url(book["slug"]),
             "doi_url": doi_url(book["doi"]),
         },
         "attribution": attribution(book),
@@ -125,7 +125,7 @@ async def get_book_text(
         if page["number"] not in served_ids:
             continue
         url = services.page_url(book["slug"], page["number"])
-        entry: dict[str, Any] = {"page": page["number"], "url": url}
+        entry: dict[str, Any] = {"page": page["number"], "citation_url": url}
         entry.update({f: sealer.seal(page[f], url) for f in fields})
         result["pages"].append(entry)
     return result
@@ -144,7 +144,7 @@ def render_plain(
     head = [
         book["title"],
         result["citation"]["bibliography"],
-        result["citation"]["url"],
+        result["citation"]["citation_url"],
         f"Content: {result['content']}; pages {result['from']}–{result['to']}; "
         f"{result['pages_served']} of {result['pages_requested']} pages served.",
     ]

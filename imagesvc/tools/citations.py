@@ -71,7 +71,7 @@ def bibliography(book: dict[str, Any]) -> str:
 
 
 def citation(book: dict[str, Any], number: int, url: str) -> dict[str, str | None]:
-    """The citation block of page ``number`` of ``book``: ``{inline, footnote, bibliography, url, doi_url}``.
+    """The citation block of page ``number`` of ``book``: ``{inline, footnote, bibliography, citation_url, doi_url}``.
 
     Shapes (service spec §2): inline ``(<Author> <Year>, p. <N>)``; footnote ``<Author>, <Title>, trans.
     <translator> (<Year>), p. <N>. DOI: <DOI>``; bibliography ``<Author>. <Title>. Translated by <translator>.
@@ -94,7 +94,7 @@ def citation(book: dict[str, Any], number: int, url: str) -> dict[str, str | Non
         "inline": f"({author} {year}, {page})",
         "footnote": footnote,
         "bibliography": bibliography(book),
-        "url": url,
+        "citation_url": url,
         "doi_url": doi_url(doi),
     }
 

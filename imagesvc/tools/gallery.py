@@ -183,7 +183,8 @@ def _check_cursor(cursor: str, offset: int, *, ranked: bool) -> None:
 )
 async def get_image(services: Services, call: Call, id: str, include_images: bool = False) -> dict[str, Any]:
     """One illustration's full metadata, museum description and source book context (title, author, year, DOI,
-    page, citation URL) with the URL and size of each image tier. Unknown or removed id: not_found."""
+    page, citation URL) with the URL (``image_<tier>``) and size (``sizes``) of each image tier. Unknown or removed
+    id: not_found."""
     items = gallery_items(services, [id])
     if not items:
         raise NotFound(
@@ -194,11 +195,7 @@ async def get_image(services: Services, call: Call, id: str, include_images: boo
     item = items[0]
     tiers = services.catalog.renditions([id])[id]
     book = services.catalog.find_book(item["book_id"])
-    item["tiers"] = {
-        t: {"url": services.image_url(r["public_key"]), "width": r["width"], "height": r["height"]}
-        for t, r in tiers.items()
-        if t in TIERS
-    }
+    item["sizes"] = {t: {"width": r["width"], "height": r["height"]} for t, r in tiers.items() if t in TIERS}
     item["book"] = book_summary(services, book) if book else None
     return item
 

@@ -64,7 +64,11 @@ def no_page(book: dict[str, Any], numbers: list[int], asked: str) -> NotFound:
 def book_ref(services: Services, book: dict[str, Any]) -> dict[str, Any]:
     """The edition a text comes from: identity, year, translator, DOI and the book's citation URL."""
     keys = ("id", "slug", "title", "author", "year", "translator", "doi")
-    return {**{k: book[k] for k in keys}, "doi_url": doi_url(book["doi"]), "url": services.book_url(book["slug"])}
+    return {
+        **{k: book[k] for k in keys},
+        "doi_url": doi_url(book["doi"]),
+        "citation_url": services.book_url(book["slug"]),
+    }
 
 
 async def reserve_text(call: Call, wanted: int) -> int:
@@ -88,7 +92,7 @@ def _quote(
     url = services.page_url(book["slug"], page["number"])
     body: dict[str, Any] = {
         "page": page["number"],
-        "url": url,
+        "citation_url": url,
         "ocr": sealer.seal(page["ocr"], url),
         "translation": sealer.seal(page["translation"], url),
     }
@@ -144,7 +148,7 @@ async def get_quote(
         body["context"] = [_quote(services, book, p, sealer, include_original) for p in around[:granted]]
     return {
         "quote": body,
-        "citation": citation(book, page, body["url"]),
+        "citation": citation(book, page, body["citation_url"]),
         "license": book["license"],
         "attribution": attribution(book),
         "colophon": sealer.active,
@@ -233,7 +237,7 @@ async def get_quotes(
         row = services.catalog.page(book["id"], number)
         assert row is not None  # checked above, in this same request
         body = _quote(services, book, row, sealer, include_original)
-        quotes.append({"quote": body, "citation": citation(book, number, body["url"])})
+        quotes.append({"quote": body, "citation": citation(book, number, body["citation_url"])})
     reason = "budget" if granted < len(wanted) else None
     rest = wanted[granted:]
     return {

@@ -36,7 +36,7 @@ def _listing(engine: SearchEngine, store: str) -> tuple[list[str], np.ndarray, l
     if store == "clip":
         order = sorted(range(len(index.ids)), key=index.ids.__getitem__)
         ids = [index.ids[i] for i in order]
-        return ids, index.embeddings[order], [{"contentHash": index.hashes[i]} for i in order]
+        return ids, index.embeddings[order], [{"content_hash": index.hashes[i]} for i in order]
     assert table.vec_row is not None
     live = [r for r in range(len(table)) if table.live[r] and table.vec_row[r] >= 0]
     if store == "gallery":

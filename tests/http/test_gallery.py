@@ -145,8 +145,8 @@ async def test_image_and_book_images(client: TestClient) -> None:
     first = (await get(client, "/api/gallery", limit=1))["items"][0]
     one = await get(client, f"/api/gallery/images/{first['id']}")
     assert one["book"]["title"] == first["book_title"] and one["citation_url"].startswith(SITE)
-    assert set(one["tiers"]) == {"full", "display", "thumb"}
-    assert all(t["url"].startswith(IMAGE_HOST) for t in one["tiers"].values())
+    assert set(one["sizes"]) == {"full", "display", "thumb"}
+    assert all(one[f"image_{t}"].startswith(IMAGE_HOST) for t in one["sizes"])
     book = await get(client, f"/api/books/{first['book_id']}/images", limit=2)
     assert book["total"] >= len(book["items"]) == 2 and book["has_more"]
     await get(client, "/api/books/no-such-book/images", 404)

@@ -64,7 +64,7 @@ async def test_quote_answers_with_the_spec_citation_block(client: TestClient) ->
         "Anna Example (1612), p. 3. DOI: 10.5281/zenodo.1000001",
         "bibliography": "Johannes Balthasar Kesslerus. Speculum Fornacum Philosophicarum (demo). Translated by Demo "
         "Translator Anna Example. 1612. DOI: 10.5281/zenodo.1000001",
-        "url": f"{SITE}/book/{SPECULUM}?page=3",
+        "citation_url": f"{SITE}/book/{SPECULUM}?page=3",
         "doi_url": "https://doi.org/10.5281/zenodo.1000001",
     }
     assert body["license"].startswith("https://creativecommons.org/")
@@ -87,7 +87,7 @@ async def test_book_without_year_or_doi_cites_sensibly(client: TestClient) -> No
         "inline": "(Hieronymus Grünwalder n.d., p. 2)",
         "footnote": "Hieronymus Grünwalder, Gart der Kreüter vnd Wurtzeln (demo) (n.d.), p. 2.",
         "bibliography": "Hieronymus Grünwalder. Gart der Kreüter vnd Wurtzeln (demo). n.d.",
-        "url": f"{SITE}/book/{GART}?page=2",
+        "citation_url": f"{SITE}/book/{GART}?page=2",
         "doi_url": None,
     }
 
@@ -151,7 +151,7 @@ async def test_book_text_json_lists_pages_and_what_is_missing(client: TestClient
     assert (both["pages_served"], both["truncated"], both["max_pages"]) == (8, False, 200)
     only = await (await client.get(f"/api/books/{SPECULUM}/text", params={"content": "translation"})).json()
     assert [p["page"] for p in only["pages"]] == [1, 2, 3, 4, 6, 7, 8]
-    assert all(set(p) == {"page", "url", "translation"} for p in only["pages"])
+    assert all(set(p) == {"page", "citation_url", "translation"} for p in only["pages"])
     assert only["missing"] == [{"page": 5, "available": ["ocr", "original"]}]
 
 
