@@ -19,13 +19,16 @@ _PROGRESS = (
     " (SELECT count(*) FROM pages p WHERE p.book_id = b.id AND p.translation IS NOT NULL) AS translated_pages"
 )
 _HAS_TRANSLATION = "EXISTS (SELECT 1 FROM pages p WHERE p.book_id = b.id AND p.translation IS NOT NULL)"
+_TITLE = "b.title COLLATE NOCASE, b.id"
+# Whole ORDER BY clauses, ties broken by title then id; the first three match an index of migration 4 exactly.
+# NULLs sort first in SQLite, so a DESC order puts books without a date last by itself.
 SORTS: dict[str, str] = {
-    "recent-translation": "b.translated_at IS NULL, b.translated_at DESC",
-    "recent": "b.ingested_at DESC",
-    "title-asc": "b.title COLLATE NOCASE ASC",
-    "title-desc": "b.title COLLATE NOCASE DESC",
-    "date_asc": "b.year IS NULL, b.year ASC",
-    "date_desc": "b.year IS NULL, b.year DESC",
+    "recent-translation": f"b.translated_at DESC, {_TITLE}",
+    "recent": f"b.ingested_at DESC, {_TITLE}",
+    "title-asc": _TITLE,
+    "title-desc": "b.title COLLATE NOCASE DESC, b.id DESC",
+    "date_asc": f"b.year IS NULL, b.year, {_TITLE}",
+    "date_desc": f"b.year DESC, {_TITLE}",
 }
 
 
@@ -128,10 +131,18 @@ def query_books(
         rank = "bm25(books_fts, 1.0, 1.0)"
     clause = " AND ".join(where)
     total = catalog.query_one(f"SELECT count(*) AS n FROM books b {join} WHERE {clause}", args)["n"]
-    order = rank if sort is None and rank is not None else SORTS[sort or "recent-translation"]
-    rows = catalog.query_all(
-        f"SELECT b.*, {_PROGRESS} FROM books b {join} WHERE {clause}"
-        f" ORDER BY {order}, b.title COLLATE NOCASE, b.id LIMIT ? OFFSET ?",
-        [*args, limit, offset],
-    )
+    order = f"{rank}, {_TITLE}" if sort is None and rank is not None else SORTS[sort or "recent-translation"]
+    # Order and cut on the bare rows first; page counts are then taken for this page's books only.
+    ids = [
+        r["id"]
+        for r in catalog.query_all(
+            f"SELECT b.id FROM books b {join} WHERE {clause} ORDER BY {order} LIMIT ? OFFSET ?",
+            [*args, limit, offset],
+        )
+    ]
+    marks = ",".join("?" * len(ids))
+    found = {
+        r["id"]: r for r in catalog.query_all(f"SELECT b.*, {_PROGRESS} FROM books b WHERE b.id IN ({marks})", ids)
+    }
+    rows = [found[i] for i in ids]
     return rows, total
