@@ -145,8 +145,15 @@ async def test_book_tool_results_carry_thumbnails_only_when_asked(server: TestSe
 
 async def test_a_bad_key_reaches_the_official_client_as_a_message_it_can_act_on(server: TestServer) -> None:
     """A wrong key must not look like an OAuth challenge or an opaque transport failure to an MCP client."""
-    async with mcp_session(server, "isk_not-a-real-key") as session:
+    headers = {"Authorization": "Bearer isk_not-a-real-key"}
+    async with (
+        httpx2.AsyncClient(headers=headers) as http,
+        streamable_http_client(str(server.make_url("/api/mcp")), http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        hello = await session.initialize()
         result = await session.call_tool("get_book", {"book_id": BOOK})
+    assert hello.instructions is not None and hello.instructions.startswith("The API key is not known")
     assert result.is_error is True
     body = result.structured_content
     assert body["error"] == "unauthorized"
