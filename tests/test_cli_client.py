@@ -51,7 +51,7 @@ async def test_a_tool_call_with_json_and_readable_output(mcp_url: str) -> None:
                              "--url", mcp_url)  # fmt: skip
     assert code == 0
     body = json.loads(out)
-    assert body["citation"]["url"].endswith(f"/book/{BOOK}?page=2")
+    assert body["citation"]["citation_url"].endswith(f"/book/{BOOK}?page=2")
     code, out, _ = await cli("--url", mcp_url, "get_book", "--book_id", BOOK)
     assert code == 0
     assert f"slug: {BOOK}" in out and "pages:" in out

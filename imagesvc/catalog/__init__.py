@@ -16,9 +16,9 @@ from typing import Any
 
 from imagesvc.catalog.schema import SCHEMA_VERSION, migrate
 
-__all__ = ["Catalog", "book_id_for", "fold", "illustration_id", "page_id"]
+__all__ = ["Catalog", "book_id_for", "fold", "illustration_id", "illustration_key", "page_id"]
 
-_JSON_COLUMNS = ("chapters", "edition", "subjects", "figures", "symbols")
+_JSON_COLUMNS = ("chapters", "edition", "subjects", "figures", "symbols", "edition_languages")
 
 
 def fold(identifier: str) -> str:
@@ -39,6 +39,17 @@ def page_id(book_id: str, number: int) -> str:
 def illustration_id(book_id: str, number: int, index: int) -> str:
     """``{pageId}:{index}``, the illustration id clients of the reference service know."""
     return f"{page_id(book_id, number)}:{index}"
+
+
+def illustration_key(illustration_id: str) -> tuple[str, int, int]:
+    """``(book_id, page number, index)`` of an illustration id: the catalog's order of illustrations.
+
+    Raises ``ValueError`` for a string that is not an illustration id."""
+    page, colon, index = illustration_id.rpartition(":")
+    book, dash, number = page.rpartition("-")
+    if not (colon and dash and book):
+        raise ValueError(f"not an illustration id: {illustration_id!r}")
+    return book, int(number), int(index)
 
 
 def _row(row: sqlite3.Row | None) -> dict[str, Any] | None:

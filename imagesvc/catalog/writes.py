@@ -31,15 +31,19 @@ def upsert_book(conn: sqlite3.Connection, book: dict[str, Any], source_hash: str
         """
         INSERT INTO books (id, slug, title, author, author_id, language, year, doi, translator, summary, chapters,
             edition, viewing_direction, license, institution, institution_url, item_url, withdrawn, source_hash,
-            ingested_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+            ingested_at, category, collection, work_id, edition_key, first_translation, edition_languages,
+            translated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         ON CONFLICT (id) DO UPDATE SET slug = excluded.slug, title = excluded.title, author = excluded.author,
             author_id = excluded.author_id, language = excluded.language, year = excluded.year, doi = excluded.doi,
             translator = excluded.translator, summary = excluded.summary, chapters = excluded.chapters,
             edition = excluded.edition, viewing_direction = excluded.viewing_direction, license = excluded.license,
             institution = excluded.institution, institution_url = excluded.institution_url,
             item_url = excluded.item_url, withdrawn = 0, source_hash = excluded.source_hash,
-            ingested_at = excluded.ingested_at
+            ingested_at = excluded.ingested_at, category = excluded.category, collection = excluded.collection,
+            work_id = excluded.work_id, edition_key = excluded.edition_key,
+            first_translation = excluded.first_translation, edition_languages = excluded.edition_languages,
+            translated_at = excluded.translated_at
         """,
         (
             book["id"],
@@ -61,6 +65,13 @@ def upsert_book(conn: sqlite3.Connection, book: dict[str, Any], source_hash: str
             attribution["item_url"],
             source_hash,
             _now(),
+            book.get("category"),
+            book.get("collection"),
+            book.get("work_id"),
+            book.get("edition_key"),
+            int(bool(book.get("first_translation", False))),
+            json.dumps(book.get("edition_languages", [])),
+            book.get("translated_at"),
         ),
     )
 

@@ -8,11 +8,12 @@ Groups are the connected components of those pairs (union-find).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["NEAR_DUPLICATE_BITS", "near_duplicate_groups"]
+__all__ = ["NEAR_DUPLICATE_BITS", "fold_groups", "near_duplicate_groups"]
 
 NEAR_DUPLICATE_BITS = 4  # of 64: well inside what re-encoding or rescanning one picture moves a pHash
 
@@ -81,3 +82,22 @@ def near_duplicate_groups(hashes: Sequence[str | None], max_distance: int = NEAR
             if present[i] and sizes[roots[i]] > 1:
                 group[i] = numbering.setdefault(int(roots[i]), len(numbering))
     return group
+
+
+def fold_groups(group: np.ndarray, cand: np.ndarray, score: np.ndarray | None) -> tuple[np.ndarray, dict]:
+    """Keep the best-scored (then first) candidate of each near-duplicate group (``group[row]``, -1: alone) among
+    ``cand``; returns the keep mask over ``cand`` and each group's member rows."""
+    keep = np.ones(len(cand), bool)
+    groups = group[cand]
+    dup = np.flatnonzero(groups >= 0)
+    if len(dup) == 0:
+        return keep, {}
+    primary = np.zeros(len(dup)) if score is None else -score[dup]
+    order = dup[np.lexsort((cand[dup], primary, groups[dup]))]
+    g = groups[order]
+    first = np.r_[True, g[1:] != g[:-1]]
+    keep[order[~first]] = False
+    members: dict[int, list[int]] = defaultdict(list)
+    for pos in order:
+        members[int(groups[pos])].append(int(cand[pos]))
+    return keep, members

@@ -1,4 +1,5 @@
-"""Gallery ranking: filters first, then CLIP and text scores fused, near-duplicates folded, ``maxPerBook``, paging.
+"""Gallery ranking: filters first, then CLIP and text scores fused, near-duplicates folded (when asked),
+``maxPerBook``, paging by offset or, for the unranked listing, by a keyset cursor that reaches any depth.
 
 Everything here is numpy over a ``GalleryTable`` (one row per illustration, catalog order) and the vector matrix, so
 a query over 200,000 illustrations costs one matrix-vector product plus linear passes; see docs/search.md.
@@ -7,13 +8,15 @@ a query over 200,000 illustrations costs one matrix-vector product plus linear p
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from imagesvc.search.duplicates import near_duplicate_groups
+from imagesvc.catalog import illustration_key
+from imagesvc.search.duplicates import fold_groups, near_duplicate_groups
 
 __all__ = ["TEXT_WEIGHT", "GalleryTable", "Query", "Ranked", "rank"]
 
@@ -40,6 +43,8 @@ class Query:
     limit: int = 20
     offset: int = 0
     min_score: float | None = None
+    fold_duplicates: bool = False  # show one of each near-duplicate group (the rest in its ``duplicates``)
+    after: str | None = None  # keyset cursor: the listing continues after this illustration id (unranked only)
 
 
 @dataclass
@@ -57,6 +62,7 @@ class GalleryTable:
     terms: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     vec_row: np.ndarray | None = None
     _row: dict[str, int] | None = None
+    _keys: list[tuple[str, int, int]] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -65,6 +71,18 @@ class GalleryTable:
         if self._row is None:
             self._row = {iid: i for i, iid in enumerate(self.ids)}
         return self._row.get(illustration_id)
+
+    def first_after(self, cursor: str) -> int:
+        """The first row after illustration ``cursor`` in table (catalog) order, even if that one is gone since.
+
+        Raises ``ValueError`` for a cursor that is not an illustration id."""
+        row = self.row_of(cursor)
+        if row is not None:
+            return row + 1
+        key = illustration_key(cursor)
+        if self._keys is None:
+            self._keys = [illustration_key(i) for i in self.ids]
+        return bisect_right(self._keys, key)
 
     def attach(self, index_ids: list[str]) -> None:
         """Map each row to its row in a vector matrix holding ``index_ids``."""
@@ -112,6 +130,7 @@ class Ranked:
     clip: list[float | None]
     text: list[float | None]
     duplicates: list[list[int]]
+    more: bool = False  # whether results follow this page
 
 
 def _mask(table: GalleryTable, q: Query) -> np.ndarray:
@@ -158,8 +177,9 @@ def rank(
     vector: np.ndarray | None = None,
     text_scores: dict[str, float] | None = None,
 ) -> Ranked:
-    """Filter, score, fold duplicates, cap per book and cut one page. With neither ``vector`` nor ``text_scores``
-    the order is the catalog's; with only text, non-matching candidates are dropped."""
+    """Filter, score, fold duplicates (``q.fold_duplicates``), cap per book and cut one page. With neither
+    ``vector`` nor ``text_scores`` the order is the catalog's and ``q.after`` continues it after that id; with only
+    text, non-matching candidates are dropped. Raises ``ValueError`` for ``q.after`` on a ranked query."""
     cand = np.flatnonzero(_mask(table, q))
     clip = text = None
     if vector is not None and matrix is not None and table.vec_row is not None:
@@ -186,12 +206,20 @@ def rank(
         cand, score = cand[keep], score[keep]
         clip = clip[keep] if clip is not None else None
         text = text[keep] if text is not None else None
-    keep_mask, members = _fold_duplicates(table, cand, score)
+    if q.after is not None and score is not None:
+        raise ValueError("a cursor continues the unranked listing only")
+    keep_mask, members = fold_groups(table.group, cand, score)
+    if not q.fold_duplicates:
+        keep_mask = np.ones(len(cand), bool)  # every illustration stands for itself; groups only annotate
     cand = cand[keep_mask]
     sel = np.flatnonzero(keep_mask)
     books = table.book[cand]
     total = int(np.minimum(np.bincount(books), q.max_per_book).sum()) if len(cand) else 0
-    page_pos = _page(cand, books, None if score is None else score[sel], q)
+    if score is None:
+        page_pos, more = _listing(cand, books, q, table.first_after(q.after) if q.after is not None else 0)
+    else:
+        page_pos = _page(cand, books, score[sel], q)
+        more = q.offset + len(page_pos) < total
     pick = sel[page_pos]
 
     def values(arr: np.ndarray | None) -> list[float | None]:
@@ -205,33 +233,23 @@ def rank(
         clip=values(clip),
         text=values(text),
         duplicates=[[m for m in members.get(int(table.group[r]), []) if m != r] for r in rows],
+        more=more,
     )
 
 
-def _fold_duplicates(table: GalleryTable, cand: np.ndarray, score: np.ndarray | None) -> tuple[np.ndarray, dict]:
-    """Keep the best-scored (then first) candidate of each pHash group; returns the keep mask and group members."""
-    keep = np.ones(len(cand), bool)
-    groups = table.group[cand]
-    dup = np.flatnonzero(groups >= 0)
-    if len(dup) == 0:
-        return keep, {}
-    primary = np.zeros(len(dup)) if score is None else -score[dup]
-    order = dup[np.lexsort((cand[dup], primary, groups[dup]))]
-    g = groups[order]
-    first = np.r_[True, g[1:] != g[:-1]]
-    keep[order[~first]] = False
-    members: dict[int, list[int]] = defaultdict(list)
-    for pos in order:
-        members[int(groups[pos])].append(int(cand[pos]))
-    return keep, members
+def _listing(cand: np.ndarray, books: np.ndarray, q: Query, start: int) -> tuple[np.ndarray, bool]:
+    """Positions into ``cand`` (rows in catalog order) of one unranked page from table row ``start`` on, and
+    whether more follow. The per-book cap counts from each book's first row, so pages never overlap."""
+    kept = _within_cap(np.arange(len(cand)), books, q.max_per_book)
+    if start:
+        kept = kept[cand[kept] >= start]
+    need = q.offset + q.limit
+    return kept[q.offset : need], len(kept) > need
 
 
-def _page(cand: np.ndarray, books: np.ndarray, score: np.ndarray | None, q: Query) -> np.ndarray:
+def _page(cand: np.ndarray, books: np.ndarray, score: np.ndarray, q: Query) -> np.ndarray:
     """Positions into ``cand`` of the requested page, in rank order (score, then catalog order)."""
     need, n = q.offset + q.limit, len(cand)
-    if score is None:
-        kept = _within_cap(np.arange(n), books, q.max_per_book)
-        return kept[q.offset : need]
     m = min(n, max(4 * need, 512))
     while True:
         if m < n:

@@ -8,7 +8,7 @@ from imagesvc.errors import NotFound
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
 from imagesvc.tools.books import require_book
-from imagesvc.tools.citations import Sealer, bibliography, doi_url
+from imagesvc.tools.citations import Sealer, attribution, bibliography, doi_url
 from imagesvc.tools.quotes import (
     FIELD_NAMES,
     PAGE_SCHEMA,
@@ -111,9 +111,10 @@ async def get_book_text(
         "max_pages": MAX_TEXT_PAGES,
         "citation": {
             "bibliography": bibliography(book),
-            "url": services.book_url(book["slug"]),
+            "citation_url": services.book_url(book["slug"]),
             "doi_url": doi_url(book["doi"]),
         },
+        "attribution": attribution(book),
         "license": book["license"],
         "colophon": sealer.active,
     }
@@ -125,7 +126,7 @@ async def get_book_text(
         if page["number"] not in served_ids:
             continue
         url = services.page_url(book["slug"], page["number"])
-        entry: dict[str, Any] = {"page": page["number"], "url": url}
+        entry: dict[str, Any] = {"page": page["number"], "citation_url": url}
         entry.update({f: sealer.seal(page[f], url) for f in fields})
         result["pages"].append(entry)
     return result
@@ -144,7 +145,7 @@ def render_plain(
     head = [
         book["title"],
         result["citation"]["bibliography"],
-        result["citation"]["url"],
+        result["citation"]["citation_url"],
         f"Content: {result['content']}; pages {result['from']}–{result['to']}; "
         f"{result['pages_served']} of {result['pages_requested']} pages served.",
     ]

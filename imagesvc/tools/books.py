@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from imagesvc.catalog.library import SORTS, BookFilters, author_name, canonical_slug, query_books
 from imagesvc.errors import NotFound
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
+from imagesvc.tools.citations import attribution
+from imagesvc.tools.paging import envelope
 
-__all__ = ["book_summary", "get_book", "list_books", "require_book", "unknown_book"]
+__all__ = ["INCLUDE_IMAGES", "book_summary", "get_book", "list_books", "require_book", "unknown_book"]
 
 TIERS = ("full", "display", "thumb")
+INCLUDE_IMAGES = {
+    "type": "boolean",
+    "default": False,
+    "description": "MCP: also return up to 4 thumbnails as image content (about 92 KB); off by default.",
+}
 
 
 def require_book(services: Services, book_id: str, *, counts: bool = True) -> dict[str, Any]:
@@ -25,7 +33,7 @@ def unknown_book(book_id: str) -> NotFound:
     """The 404 for an id or slug that names no live book, with the way to find the right one."""
     return NotFound(
         f"No book has the id or slug {book_id!r}.",
-        recovery=["List books with GET /books (or the list_books tool) and use an id or slug from there."],
+        recovery=["Find books with GET /books/library (or the list_books tool) and use an id or slug from there."],
         details={"book_id": book_id},
     )
 
@@ -44,14 +52,18 @@ def book_summary(services: Services, book: dict[str, Any]) -> dict[str, Any]:
         "doi": book["doi"],
         "doi_url": f"https://doi.org/{book['doi']}" if book["doi"] else None,
         "translator": book["translator"],
-        "url": services.book_url(book["slug"]),
+        "citation_url": services.book_url(book["slug"]),
         "page_count": pages,
         "translation_progress": round((book.get("translated_pages") or 0) / pages, 3) if pages else 0.0,
-        "attribution": {
-            "institution": book["institution"],
-            "institution_url": book["institution_url"],
-            "item_url": book["item_url"],
-        },
+        "translated_at": book["translated_at"],
+        "first_translation": bool(book["first_translation"]),
+        "category": book["category"],
+        "collection": book["collection"],
+        "library": book["institution"],
+        "work_id": book["work_id"],
+        "edition_key": book["edition_key"],
+        "edition_languages": book["edition_languages"],
+        "attribution": attribution(book),
         "license": book["license"],
     }
 
@@ -59,7 +71,7 @@ def book_summary(services: Services, book: dict[str, Any]) -> dict[str, Any]:
 def page_entry(services: Services, book: dict[str, Any], page: dict[str, Any], tiers: dict[str, Any]) -> dict[str, Any]:
     """One page of a book: its citation URL, text availability, and image URLs on the image host (or none)."""
     entry: dict[str, Any] = {
-        "number": page["number"],
+        "page": page["number"],
         "citation_url": services.page_url(book["slug"], page["number"]),
         "has_ocr": page["ocr"] is not None,
         "has_translation": page["translation"] is not None,
@@ -75,25 +87,59 @@ def page_entry(services: Services, book: dict[str, Any], page: dict[str, Any], t
     return entry
 
 
-@tool(
-    "list_books",
-    {
-        "properties": {
-            "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
-            "offset": {"type": "integer", "minimum": 0, "maximum": 1_000_000_000, "default": 0},
-        }
-    },
-)
-async def list_books(services: Services, call: Call, limit: int = 50, offset: int = 0) -> dict[str, Any]:
-    """List the books of the library, ordered by title, with a total for paging."""
-    rows, total = services.catalog.list_books(limit=limit, offset=offset)
-    return {
-        "books": [book_summary(services, row) for row in rows],
-        "total": total,
-        "limit": limit,
-        "offset": offset,
-        "hasMore": offset + len(rows) < total,
+_TEXT = {"type": "string", "minLength": 1, "maxLength": 200}
+LIST_BOOKS_SCHEMA: dict[str, Any] = {
+    "properties": {
+        "author_id": {**_TEXT, "description": "Canonical author slug: exactly that person's books (echoed as author)."},
+        "year_from": {"type": "integer", "description": "Edition year from (books without a year never match)."},
+        "year_to": {"type": "integer", "description": "Edition year up to, inclusive."},
+        "language": {**_TEXT, "description": "Edition language, e.g. Latin."},
+        "category": {**_TEXT, "description": "Catalogue category, e.g. alchemy."},
+        "collection": {**_TEXT, "description": "Book collection slug."},
+        "library": {**_TEXT, "description": "Contributing library: its name or the name as a slug."},
+        "search": {**_TEXT, "description": "Free text over titles and authors, relevance-ranked."},
+        "has_translation": {"type": "boolean", "description": "true: only translated books; false: only untranslated."},
+        "first_translation": {"type": "boolean", "description": "true: only first translations of their work."},
+        "has_edition": {"type": "string", "pattern": "^[A-Za-z]{2,3}$", "description": "ISO 639 code: readable in."},
+        "work_id": {**_TEXT, "description": "Editions of one work."},
+        "edition_key": {**_TEXT, "description": "Digitizations of one printing; take the value from a result row."},
+        "sort": {
+            "enum": list(SORTS),
+            "default": "recent-translation",
+            "description": "Order; with search and no sort, relevance.",
+        },
+        "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+        "skip": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 1_000_000_000,
+            "default": 0,
+            "description": "Offset.",
+            "x-aliases": ["offset"],
+        },
     }
+}
+
+
+@tool("list_books", LIST_BOOKS_SCHEMA)
+async def list_books(
+    services: Services, call: Call, limit: int = 50, skip: int = 0, sort: str | None = None, **filters: Any
+) -> dict[str, Any]:
+    """Browse the catalogue: filter by author, edition year, language, category, collection, library, work, edition
+    key, translation and edition language, or search titles and authors; sort by recent translation (default),
+    recently added, title or date. Every row carries id, slug, title, author, author_id, language, year and
+    translation_progress; every answer carries total.
+
+    With ``author_id`` the answer echoes the canonical author as ``author: {author_id, name}`` (name None when no
+    live book has that author).
+    """
+    author = None
+    if filters.get("author_id") is not None:
+        filters["author_id"] = canonical_slug(filters["author_id"])
+        author = {"author_id": filters["author_id"], "name": author_name(services.catalog, filters["author_id"])}
+    rows, total = query_books(services.catalog, BookFilters(**filters), sort=sort, limit=limit, offset=skip)
+    items = [book_summary(services, row) for row in rows]
+    return envelope(items, total=total, limit=limit, offset=skip, **({"author": author} if author else {}))
 
 
 @tool(
@@ -102,10 +148,11 @@ async def list_books(services: Services, call: Call, limit: int = 50, offset: in
         "required": ["book_id"],
         "properties": {
             "book_id": {"type": "string", "minLength": 1, "description": "Book id or slug."},
+            "include_images": INCLUDE_IMAGES,
         },
     },
 )
-async def get_book(services: Services, call: Call, book_id: str) -> dict[str, Any]:
+async def get_book(services: Services, call: Call, book_id: str, include_images: bool = False) -> dict[str, Any]:
     """Book metadata (summary, chapters, DOI, edition info, attribution) and the page list with image URLs.
 
     Pages with no held image carry ``image_unavailable: true`` and no image URL at all.

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from colophon import Note, encode
 
-__all__ = ["NO_DATE", "Sealer", "bibliography", "citation", "doi_url", "page_label"]
+__all__ = ["NO_DATE", "Sealer", "attribution", "bibliography", "citation", "doi_url", "page_label"]
 
 NO_DATE = "n.d."
 _TERMINAL = (".", "?", "!")
@@ -18,6 +18,20 @@ _TERMINAL = (".", "?", "!")
 def doi_url(doi: str | None) -> str | None:
     """The resolver URL of a DOI, or None for a book with no DOI."""
     return f"https://doi.org/{doi}" if doi else None
+
+
+def attribution(book: dict[str, Any]) -> dict[str, Any]:
+    """What anyone reusing a book's text or images must carry: the digitizing institution and links to it and to
+    the item, the licence, and the edition's DOI (None when unpublished). Every tool that serves a book's content
+    returns this same object."""
+    return {
+        "institution": book["institution"],
+        "institution_url": book["institution_url"],
+        "item_url": book["item_url"],
+        "license": book["license"],
+        "doi": book["doi"],
+        "doi_url": doi_url(book["doi"]),
+    }
 
 
 def page_label(number: int) -> str:
@@ -57,7 +71,7 @@ def bibliography(book: dict[str, Any]) -> str:
 
 
 def citation(book: dict[str, Any], number: int, url: str) -> dict[str, str | None]:
-    """The citation block of page ``number`` of ``book``: ``{inline, footnote, bibliography, url, doi_url}``.
+    """The citation block of page ``number`` of ``book``: ``{inline, footnote, bibliography, citation_url, doi_url}``.
 
     Shapes (service spec §2): inline ``(<Author> <Year>, p. <N>)``; footnote ``<Author>, <Title>, trans.
     <translator> (<Year>), p. <N>. DOI: <DOI>``; bibliography ``<Author>. <Title>. Translated by <translator>.
@@ -80,7 +94,7 @@ def citation(book: dict[str, Any], number: int, url: str) -> dict[str, str | Non
         "inline": f"({author} {year}, {page})",
         "footnote": footnote,
         "bibliography": bibliography(book),
-        "url": url,
+        "citation_url": url,
         "doi_url": doi_url(doi),
     }
 

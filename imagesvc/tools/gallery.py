@@ -4,58 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from imagesvc.catalog import fold
-from imagesvc.errors import NotFound
+from imagesvc.catalog import fold, illustration_key
+from imagesvc.errors import InvalidRequest, NotFound
 from imagesvc.search.engine import engine_for
 from imagesvc.search.gallery import Query
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
-from imagesvc.tools.books import book_summary, require_book
+from imagesvc.tools.books import INCLUDE_IMAGES, book_summary, require_book
+from imagesvc.tools.items import TIERS, gallery_items
+from imagesvc.tools.paging import envelope
 
 __all__ = ["gallery_items", "get_book_images", "get_collection", "get_image", "list_collections", "search_images"]
 
-TIERS = ("full", "display", "thumb")
 _TERM = {"type": "string", "minLength": 1, "maxLength": 200}
-
-
-def _books(services: Services, book_ids: set[str]) -> dict[str, dict[str, Any]]:
-    return {b: row for b in book_ids if (row := services.catalog.find_book(b)) is not None}
-
-
-def gallery_items(services: Services, ids: list[str], extra: list[dict[str, Any]] | None = None) -> list[dict]:
-    """Gallery items (reference field names) for the live ones among ``ids``, in order; ``extra[i]`` is merged
-    into item ``i``. Image URLs are on the image host."""
-    rows = services.catalog.live_illustrations(ids)
-    books = _books(services, {r["book_id"] for r in rows.values()})
-    tiers = services.catalog.renditions(rows)
-    out = []
-    for n, iid in enumerate(ids):
-        ill = rows.get(iid)
-        if ill is None or ill["book_id"] not in books:
-            continue
-        book, t = books[ill["book_id"]], tiers.get(iid, {})
-        item = {
-            "id": iid,
-            "pageId": ill["page_id"],
-            "bookId": book["id"],
-            "pageNumber": ill["page_number"],
-            "detectionIndex": ill["idx"],
-            "imageUrl": services.image_url(t["display"]["public_key"]) if "display" in t else None,
-            "thumbnailUrl": services.image_url(t["thumb"]["public_key"]) if "thumb" in t else None,
-            "bookTitle": book["title"],
-            "author": book["author"],
-            "year": ill["year"] if ill["year"] is not None else book["year"],
-            "description": ill["description"],
-            "type": ill["type"],
-            "bbox": {"x": ill["bbox_x"], "y": ill["bbox_y"], "width": ill["bbox_w"], "height": ill["bbox_h"]},
-            "museumDescription": ill["museum_description"],
-            "metadata": {"subjects": ill["subjects"], "figures": ill["figures"], "symbols": ill["symbols"]},
-            "citationUrl": services.page_url(book["slug"], ill["page_number"]),
-        }
-        if extra is not None:
-            item.update(extra[n])
-        out.append(item)
-    return out
 
 
 YEAR = {"type": "integer", "minimum": -9999, "maximum": 9999}
@@ -67,6 +28,7 @@ SEARCH_SCHEMA = {
             "description": "Free text: what the picture shows.",
             "x-aliases": ["q"],
         },
+        "like": {"type": "string", "minLength": 1, "description": "More like this: an illustration id."},
         "type": _TERM,
         "subject": _TERM,
         "figure": _TERM,
@@ -74,19 +36,30 @@ SEARCH_SCHEMA = {
         "year_from": {**YEAR, "description": "Earliest year, inclusive."},
         "year_to": {**YEAR, "description": "Latest year, inclusive."},
         "book_id": {"type": "string", "minLength": 1, "description": "Book id or slug.", "x-aliases": ["book"]},
-        "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 20},
+        "collection": {"type": "string", "minLength": 1, "description": "Collection slug."},
         "maxPerBook": {
             "type": "integer",
             "minimum": 1,
-            "maximum": 1000,
+            "maximum": 1_000_000,
             "default": 3,
-            "description": "At most this many results per book (1000 to enumerate).",
+            "description": "At most this many results per book (1000 or more to enumerate).",
             "x-aliases": ["max_per_book"],
         },
+        "fold_duplicates": {
+            "type": "boolean",
+            "default": False,
+            "description": "Show one of each group of near-duplicate pictures; the others are listed in duplicates.",
+        },
+        "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 20},
         "offset": {"type": "integer", "minimum": 0, "maximum": 100_000, "default": 0},
-        "like": {"type": "string", "minLength": 1, "description": "More like this: an illustration id."},
-        "collection": {"type": "string", "minLength": 1, "description": "Collection slug."},
+        "cursor": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 200,
+            "description": "next_cursor of the previous page: continues a listing without query or like, to any depth.",
+        },
         "min_score": {"type": "number", "minimum": -1, "maximum": 2, "description": "Drop results scored lower."},
+        "include_images": INCLUDE_IMAGES,
     }
 }
 
@@ -100,17 +73,26 @@ async def search_images(
     book_id: str | None = None,
     collection: str | None = None,
     maxPerBook: int = 3,
+    fold_duplicates: bool = False,
     limit: int = 20,
     offset: int = 0,
+    cursor: str | None = None,
+    include_images: bool = False,
     **filters: Any,
 ) -> dict[str, Any]:
     """Search illustrations by what they show (CLIP, when weights are configured, fused with full text over
     descriptions, subjects, figures and symbols) and by type, subject, figure, symbol, year range, book or collection.
 
-    Filters apply before ranking; at most ``maxPerBook`` results per book (1000 to enumerate). Each item has a
-    ``similarity`` (the ranking score; ``min_score`` drops lower ones). ``search.clip`` says whether CLIP is on.
-    Unknown book, collection or ``like`` id: not_found.
+    Filters apply before ranking; at most ``maxPerBook`` results per book. Each item has a ``similarity`` (the
+    ranking score; ``min_score`` drops lower ones) and its near-duplicates' ids in ``duplicates``; with
+    ``fold_duplicates`` only the best of each group is shown. ``total`` counts illustrations. Without ``query`` or
+    ``like`` the listing is in catalog order and ``next_cursor`` continues it past any offset: with a high
+    ``maxPerBook`` (1000) this enumerates every live illustration exactly once. ``search.clip`` says whether
+    CLIP is on. Errors: unknown book, collection or ``like`` id (not_found); a cursor with a ranked query, with an
+    offset, or not taken from ``next_cursor`` (invalid_request).
     """
+    if cursor is not None:
+        _check_cursor(cursor, offset, ranked=bool((query or "").strip()) or like is not None)
     book_ids = None
     if book_id is not None:
         book_ids = (require_book(services, book_id)["id"],)
@@ -125,6 +107,8 @@ async def search_images(
         max_per_book=maxPerBook,
         limit=limit,
         offset=offset,
+        fold_duplicates=fold_duplicates,
+        after=cursor,
         **filters,
     )
     engine = engine_for(services)
@@ -134,20 +118,47 @@ async def search_images(
         for s, c, t, dups in zip(ranked.similarity, ranked.clip, ranked.text, ranked.duplicates, strict=True)
     ]
     items = gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
-    return {
-        "items": items,
-        "total": ranked.total,
-        "hasMore": offset + len(ranked.rows) < ranked.total,
-        "limit": limit,
-        "offset": offset,
-        "search": engine.status(),
-    }
+    unranked = q.text is None and like is None
+    last = table.ids[ranked.rows[-1]] if ranked.rows else None
+    return envelope(
+        items,
+        total=ranked.total,
+        limit=limit,
+        offset=offset,
+        has_more=ranked.more,
+        next_cursor=last if unranked and ranked.more else None,
+        search=engine.status(),
+    )
 
 
-@tool("get_image", {"required": ["id"], "properties": {"id": {"type": "string", "minLength": 1}}})
-async def get_image(services: Services, call: Call, id: str) -> dict[str, Any]:
+def _check_cursor(cursor: str, offset: int, *, ranked: bool) -> None:
+    """A cursor continues the unranked listing from where ``next_cursor`` left it; anything else is a 400."""
+    problem = None
+    if ranked:
+        problem = "A cursor continues the listing without query or like; ranked results page by offset."
+    elif offset:
+        problem = "Give either cursor or offset, not both."
+    else:
+        try:
+            illustration_key(cursor)
+        except ValueError:
+            problem = f"{cursor!r} is not a cursor this service gave out."
+    if problem is not None:
+        raise InvalidRequest(
+            problem,
+            recovery=["Pass the next_cursor of the previous page unchanged, with the same filters and no offset."],
+            details={"argument": "cursor"},
+        )
+
+
+@tool(
+    "get_image",
+    {"required": ["id"], "properties": {"id": {"type": "string", "minLength": 1}, "include_images": INCLUDE_IMAGES}},
+)
+async def get_image(services: Services, call: Call, id: str, include_images: bool = False) -> dict[str, Any]:
     """One illustration's full metadata, museum description and source book context (title, author, year, DOI,
-    page, citation URL) with the URL and size of each image tier. Unknown or removed id: not_found."""
+    page, citation URL) with the URL (``image_<tier>``) and size (``sizes``) of each image tier. Unknown or removed
+    id: not_found."""
     id = fold(id)
     items = gallery_items(services, [id])
     if not items:
@@ -158,12 +169,8 @@ async def get_image(services: Services, call: Call, id: str) -> dict[str, Any]:
         )
     item = items[0]
     tiers = services.catalog.renditions([id])[id]
-    book = services.catalog.find_book(item["bookId"])
-    item["tiers"] = {
-        t: {"url": services.image_url(r["public_key"]), "width": r["width"], "height": r["height"]}
-        for t, r in tiers.items()
-        if t in TIERS
-    }
+    book = services.catalog.find_book(item["book_id"])
+    item["sizes"] = {t: {"width": r["width"], "height": r["height"]} for t, r in tiers.items() if t in TIERS}
     item["book"] = book_summary(services, book) if book else None
     return item
 
@@ -176,24 +183,18 @@ async def get_image(services: Services, call: Call, id: str) -> dict[str, Any]:
             "book_id": {"type": "string", "minLength": 1, "description": "Book id or slug."},
             "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
             "offset": {"type": "integer", "minimum": 0, "maximum": 1_000_000_000, "default": 0},
+            "include_images": INCLUDE_IMAGES,
         },
     },
 )
 async def get_book_images(
-    services: Services, call: Call, book_id: str, limit: int = 50, offset: int = 0
+    services: Services, call: Call, book_id: str, limit: int = 50, offset: int = 0, include_images: bool = False
 ) -> dict[str, Any]:
     """The illustrations of one book in page order, as gallery items. Unknown book: not_found."""
     book = require_book(services, book_id)
     ids = [r["id"] for r in services.catalog.book_illustrations(book["id"])]
     items = gallery_items(services, ids[offset : offset + limit])
-    return {
-        "book": book_summary(services, book),
-        "items": items,
-        "total": len(ids),
-        "hasMore": offset + limit < len(ids),
-        "limit": limit,
-        "offset": offset,
-    }
+    return envelope(items, total=len(ids), limit=limit, offset=offset, book=book_summary(services, book))
 
 
 def _require_collection(services: Services, slug: str) -> dict[str, Any]:
@@ -216,22 +217,28 @@ def _collection_entry(services: Services, row: dict[str, Any], items: list[dict[
         "title": row["title"],
         "description": row["description"],
         "featured": bool(row["featured"]),
-        "imageCount": len(items),  # counted from what resolves, never from stored ids
-        "coverImage": cover["thumbnailUrl"] if cover else None,
-        "coverId": cover["id"] if cover else None,
+        "imageCount": len(items),  # the spec's name; counted from what resolves, never from stored ids
+        "cover_image": cover["image_thumb"] if cover else None,
+        "cover_id": cover["id"] if cover else None,
     }
 
 
-@tool("list_collections", {"properties": {}})
-async def list_collections(services: Services, call: Call) -> dict[str, Any]:
+@tool("list_collections", {"properties": {"include_images": INCLUDE_IMAGES}})
+async def list_collections(services: Services, call: Call, include_images: bool = False) -> dict[str, Any]:
     """Curated image collections with a cover image and their number of (live) images."""
     rows = services.catalog.collections()
     out = [_collection_entry(services, row, gallery_items(services, row["item_ids"])) for row in rows]
-    return {"collections": out, "total": len(out)}
+    return envelope(out, total=len(out), limit=len(out))
 
 
-@tool("get_collection", {"required": ["slug"], "properties": {"slug": {"type": "string", "minLength": 1}}})
-async def get_collection(services: Services, call: Call, slug: str) -> dict[str, Any]:
+@tool(
+    "get_collection",
+    {
+        "required": ["slug"],
+        "properties": {"slug": {"type": "string", "minLength": 1}, "include_images": INCLUDE_IMAGES},
+    },
+)
+async def get_collection(services: Services, call: Call, slug: str, include_images: bool = False) -> dict[str, Any]:
     """One collection with its resolved items; ``imageCount`` always equals ``len(items)``. Unknown slug: not_found."""
     row = _require_collection(services, slug)
     items = gallery_items(services, row["item_ids"])

@@ -13,7 +13,7 @@ from imagesvc.errors import InvalidRequest, NotFound, RateLimited
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
 from imagesvc.tools.books import require_book
-from imagesvc.tools.citations import Sealer, citation, doi_url
+from imagesvc.tools.citations import Sealer, attribution, citation, doi_url
 
 __all__ = [
     "FIELD_NAMES",
@@ -64,7 +64,11 @@ def no_page(book: dict[str, Any], numbers: list[int], asked: str) -> NotFound:
 def book_ref(services: Services, book: dict[str, Any]) -> dict[str, Any]:
     """The edition a text comes from: identity, year, translator, DOI and the book's citation URL."""
     keys = ("id", "slug", "title", "author", "year", "translator", "doi")
-    return {**{k: book[k] for k in keys}, "doi_url": doi_url(book["doi"]), "url": services.book_url(book["slug"])}
+    return {
+        **{k: book[k] for k in keys},
+        "doi_url": doi_url(book["doi"]),
+        "citation_url": services.book_url(book["slug"]),
+    }
 
 
 async def reserve_text(call: Call, wanted: int) -> int:
@@ -88,7 +92,7 @@ def _quote(
     url = services.page_url(book["slug"], page["number"])
     body: dict[str, Any] = {
         "page": page["number"],
-        "url": url,
+        "citation_url": url,
         "ocr": sealer.seal(page["ocr"], url),
         "translation": sealer.seal(page["translation"], url),
     }
@@ -144,9 +148,9 @@ async def get_quote(
         body["context"] = [_quote(services, book, p, sealer, include_original) for p in around[:granted]]
     return {
         "quote": body,
-        "citation": citation(book, page, body["url"]),
+        "citation": citation(book, page, body["citation_url"]),
         "license": book["license"],
-        "attribution": {"institution": book["institution"], "item_url": book["item_url"]},
+        "attribution": attribution(book),
         "colophon": sealer.active,
         **counts(requested, served, None, reason),
     }
@@ -194,9 +198,10 @@ async def get_quotes(
 ) -> dict[str, Any]:
     """Verbatim text and citations for up to 25 pages of one book, as a list of pages or a from/to range.
 
-    One text unit per page served; when fewer remain, the first pages that fit are served (``truncated: true``,
-    ``next_from``). Errors: both or neither of pages and from (400), a range over 25 pages (400), unknown book or page
-    (404), budget exhausted (429).
+    Pages the book does not have are skipped and listed in ``missing_pages``, for a list and a range alike (a range
+    without ``to`` ends at the book's last page). One text unit per page served; when fewer remain, the first pages
+    that fit are served (``truncated: true``, ``next_from``). Errors: both or neither of pages and from (400), a range
+    over 25 pages (400), unknown book or none of the pages held (404), budget exhausted (429).
     """
     if (pages is None) == ("from" not in bounds):
         raise InvalidRequest(
@@ -206,22 +211,25 @@ async def get_quotes(
     book = require_book(services, book_id)
     numbers = services.catalog.page_numbers(book["id"])
     if pages is None:
-        first, last = page_range(bounds, bounds["from"], bounds["from"] + MAX_QUOTES - 1)
+        last_held = numbers[-1] if numbers else bounds["from"]
+        default_last = max(bounds["from"], min(last_held, bounds["from"] + MAX_QUOTES - 1))
+        first, last = page_range(bounds, bounds["from"], default_last)
         if last - first + 1 > MAX_QUOTES:
             raise InvalidRequest(
                 f"get_quotes serves at most {MAX_QUOTES} pages; from={first} to={last} spans {last - first + 1}.",
                 recovery=[f"Split the range into runs of {MAX_QUOTES}, or use get_book_text for long reading."],
                 details={"argument": "to"},
             )
-        wanted = [n for n in numbers if first <= n <= last]
-        if not wanted:
-            raise no_page(book, numbers, f"page in {first}–{last}")
+        asked = list(range(first, last + 1))
+        where = f"page in {first}–{last}"
     else:
-        held = set(numbers)
-        unknown = [n for n in pages if n not in held]
-        if unknown:
-            raise no_page(book, numbers, "page " + ", ".join(map(str, unknown)))
-        wanted = list(pages)
+        asked = list(pages)
+        where = "page " + ", ".join(map(str, pages))
+    # One rule for a list and a range: pages the book lacks are skipped and named; none at all is a 404.
+    held = set(numbers)
+    wanted = [n for n in asked if n in held]
+    if not wanted:
+        raise no_page(book, numbers, where)
     granted = await reserve_text(call, len(wanted))
     sealer = Sealer.for_call(book, call.caller.key_ref, services.colophon_secret)
     quotes = []
@@ -229,14 +237,16 @@ async def get_quotes(
         row = services.catalog.page(book["id"], number)
         assert row is not None  # checked above, in this same request
         body = _quote(services, book, row, sealer, include_original)
-        quotes.append({"quote": body, "citation": citation(book, number, body["url"])})
+        quotes.append({"quote": body, "citation": citation(book, number, body["citation_url"])})
     reason = "budget" if granted < len(wanted) else None
     rest = wanted[granted:]
     return {
         "book": book_ref(services, book),
         "quotes": quotes,
+        "missing_pages": [n for n in asked if n not in held],
+        "attribution": attribution(book),
         "license": book["license"],
         "colophon": sealer.active,
-        **counts(len(wanted), granted, rest[0] if rest and pages is None else None, reason),
+        **counts(len(asked), granted, rest[0] if rest and pages is None else None, reason),
         **({"remaining_pages": rest} if rest else {}),
     }

@@ -36,12 +36,12 @@ def _listing(engine: SearchEngine, store: str) -> tuple[list[str], np.ndarray, l
     if store == "clip":
         order = sorted(range(len(index.ids)), key=index.ids.__getitem__)
         ids = [index.ids[i] for i in order]
-        return ids, index.embeddings[order], [{"contentHash": index.hashes[i]} for i in order]
+        return ids, index.embeddings[order], [{"content_hash": index.hashes[i]} for i in order]
     assert table.vec_row is not None
     live = [r for r in range(len(table)) if table.live[r] and table.vec_row[r] >= 0]
     if store == "gallery":
         live.sort(key=table.ids.__getitem__)
-        extra = [{"bookId": table.book_ids[table.book[r]], "type": table.types[table.type[r]]} for r in live]
+        extra = [{"book_id": table.book_ids[table.book[r]], "type": table.types[table.type[r]]} for r in live]
         return [table.ids[r] for r in live], index.embeddings[table.vec_row[live]], extra
     books: dict[str, list[int]] = {}
     for r in live:

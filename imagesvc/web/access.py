@@ -14,6 +14,7 @@ from aiohttp import web
 from imagesvc.access import Allowed
 from imagesvc.access.headers import rate_headers, rate_limited
 from imagesvc.access.meter import Meter
+from imagesvc.errors import Unauthorized
 from imagesvc.web.keys import ACCESS, CALLER, IDENTIFIER, METER, RATE_HEADERS, REQUEST_DENIED, SERVICES
 
 __all__ = ["UNCOUNTED_API_PATHS", "UNCOUNTED_SITE_PATHS", "access_middleware"]
@@ -53,18 +54,31 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     if _uncounted(request):
         return await handler(request)
     app = request.app
-    caller = await app[IDENTIFIER].identify(request.headers, request.remote, request.cookies)
+    mcp_post = api_path(request) == "/mcp" and request.method == "POST"
+    refused: Unauthorized | None = None
+    try:
+        caller = await app[IDENTIFIER].identify(request.headers, request.remote, request.cookies)
+    except Unauthorized as exc:
+        if not mcp_post:
+            raise
+        # MCP clients read a 401 as an OAuth challenge or fail opaquely, so the caller never learns the key is bad:
+        # /mcp answers as for an anonymous caller (counted as one) and every tool call reports this error instead.
+        refused = exc
+        plain = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
+        caller = await app[IDENTIFIER].identify(plain, request.remote, {})
     allowance = caller.allowance
     limit = None if request.path.startswith(BUDGET_ONLY_PREFIXES) else allowance.request_limit()
     hit = await app[ACCESS].hit(caller.subject, limit, allowance.request_window)
     request[CALLER] = caller
     if not isinstance(hit, Allowed):
         denied = rate_limited(allowance, "requests", hit)
-        if api_path(request) != "/mcp" or request.method != "POST":
+        if not mcp_post:
             raise denied
         # MCP clients turn HTTP errors into opaque failures: /mcp still answers, and each tool call in it reports
         # this denial as an isError result (protocol methods such as initialize deliver nothing and stay answered).
         request[REQUEST_DENIED] = denied
+    if refused is not None:
+        request[REQUEST_DENIED] = refused
     meter = Meter(app[ACCESS], caller, delivers=request.method != "HEAD")  # a HEAD delivers nothing
     request[METER] = meter
     if limit is None:

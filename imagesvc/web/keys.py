@@ -7,7 +7,7 @@ from aiohttp import web
 from imagesvc.access import AccessState
 from imagesvc.access.identity import Caller, Identifier
 from imagesvc.access.meter import Meter
-from imagesvc.errors import RateLimited
+from imagesvc.errors import ImagesvcError
 from imagesvc.observability import Metrics
 from imagesvc.search.engine import SearchEngine
 from imagesvc.services import Services
@@ -35,7 +35,8 @@ IIIF = web.AppKey("iiif", IiifRuntime)
 SEARCH = web.AppKey("search", SearchEngine)
 
 REQUEST_ID = web.RequestKey("request_id", str)
-REQUEST_DENIED = web.RequestKey("request_denied", RateLimited)  # a request-limit denial /mcp reports per tool call
+# a denial (request limit, bad key) that /mcp reports in each tool call's result
+REQUEST_DENIED = web.RequestKey("request_denied", ImagesvcError)
 CALLER = web.RequestKey("caller", Caller)
 METER = web.RequestKey("meter", Meter)
 RATE_HEADERS = web.RequestKey("rate_headers", dict)

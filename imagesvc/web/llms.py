@@ -147,7 +147,7 @@ def llms_document(routes: Any, origin: str, base_path: str = "") -> str:
         f"POST {base_url}/mcp with Content-Type: application/json. Stateless: answers are plain JSON, no session id,",
         "no event stream (GET answers 405; DELETE answers 204, as there is no session to end). Methods: initialize",
         "(protocol versions 2025-11-25, 2025-06-18, 2025-03-26), ping, tools/list, tools/call; a JSON array is a",
-        "batch. Image results add small thumbnails as image content. Example:",
+        "batch. With include_images: true, image results add up to 4 thumbnails as image content. Example:",
         f"curl -s {base_url}/mcp -H 'Content-Type: application/json' "
         """-d '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'""",
         "",

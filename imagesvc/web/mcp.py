@@ -14,7 +14,8 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc import __version__, tools
-from imagesvc.errors import MethodNotAllowed
+from imagesvc.errors import MethodNotAllowed, Unauthorized
+from imagesvc.web.keys import REQUEST_DENIED
 from imagesvc.web.mcp_tools import list_tools, run_tool
 
 __all__ = [
@@ -58,11 +59,15 @@ class RpcError(Exception):
 async def _initialize(request: web.Request, params: dict[str, Any]) -> dict[str, Any]:
     asked = params.get("protocolVersion")
     version = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
+    instructions = INSTRUCTIONS
+    refused = request.get(REQUEST_DENIED)
+    if isinstance(refused, Unauthorized):  # say it at connection time too, not only in each tool call's result
+        instructions = f"{refused.message} {' '.join(refused.recovery)} {INSTRUCTIONS}"
     return {
         "protocolVersion": version,
         "capabilities": {"tools": {"listChanged": False}},
         "serverInfo": {"name": "imagesvc", "title": "Digital library images and texts", "version": __version__},
-        "instructions": INSTRUCTIONS,
+        "instructions": instructions,
     }
 
 

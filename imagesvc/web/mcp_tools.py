@@ -35,10 +35,12 @@ __all__ = [
 
 log = logging.getLogger("imagesvc.mcp")
 
-# Image tools get a few small pictures the model can look at: thumb tier only, bounded in count and size.
+# A call that asks (include_images) gets a few small pictures the model can look at: thumb tier only, bounded in
+# count and size. Off by default: four thumbnails are about 92 KB of base64 in every answer.
 MAX_THUMBNAILS = 4
 MAX_THUMB_BYTES = 96 * 1024
-THUMB_FIELDS = frozenset({"thumbnailUrl", "thumbnail_url", "image_thumb"})
+THUMB_FIELDS = frozenset({"image_thumb"})
+IMAGES_ARGUMENT = "include_images"  # declared by the tools whose results name thumbnails; image content is opt-in
 
 
 def tool_entry(spec: tools.Tool) -> dict[str, Any]:
@@ -73,13 +75,14 @@ async def run_tool(request: web.Request, name: str, arguments: dict[str, Any]) -
     services: Services = request.app[SERVICES]
     denied = request.get(REQUEST_DENIED)
     if denied is not None:
-        request.app[METRICS].count_rejection(denied, request[CALLER].policy)
+        if isinstance(denied, RateLimited):
+            request.app[METRICS].count_rejection(denied, request[CALLER].policy)
         return error_result(denied)
     shared: Meter = request[METER]
     meter = Meter(shared.access, shared.caller)
     try:
         result = await tools.call(services, name, arguments, tools.Call(caller=request[CALLER], meter=meter))
-        images = await image_blocks(services, result)
+        images = await image_blocks(services, result) if wants_images(name, arguments) else []
     except ImagesvcError as exc:
         await meter.settle(False)
         shared.states.update(meter.states)
@@ -96,6 +99,12 @@ async def run_tool(request: web.Request, name: str, arguments: dict[str, Any]) -
     shared.adopt(meter)
     text = {"type": "text", "text": json.dumps(result, ensure_ascii=False)}
     return {"content": [text, *images], "structuredContent": result, "isError": False}
+
+
+def wants_images(name: str, arguments: dict[str, Any]) -> bool:
+    """Whether this call asked for image content: ``include_images`` (off by default) on tools that declare it."""
+    declared = tools.load_all()[name].input_schema.get("properties", {}).get(IMAGES_ARGUMENT)
+    return declared is not None and bool(arguments.get(IMAGES_ARGUMENT, declared.get("default", False)))
 
 
 def _thumb_urls(value: Any) -> Iterator[str]:

@@ -16,7 +16,7 @@ from imagesvc.storage import StoreUnavailable
 from imagesvc.web.keys import CALLER, METER, SERVICES
 from imagesvc.web.params import QUERY_SCHEMA, accepts, any_query, query_arguments
 
-__all__ = ["TOOL", "book", "books", "health", "public_image", "tool_call", "tool_route"]
+__all__ = ["TOOL", "book", "books", "health", "library", "public_image", "tool_call", "tool_route"]
 
 TOOL = "tool"  # the attribute under which a tool route's handler names its tool
 Shape = Callable[[dict[str, Any]], web.StreamResponse]
@@ -39,7 +39,8 @@ def tool_route(name: str, shape: Shape = web.json_response, doc: str | None = No
     return handler
 
 
-books = tool_route("list_books")
+books = tool_route("list_books", doc="All books: the catalogue browser (list_books) with no filter needed.")
+library = tool_route("list_books")  # GET /books/library: the spec's catalogue browser, every filter of list_books
 book = tool_route("get_book")
 
 

@@ -47,6 +47,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/iiif/3/{identifier}/info.json", iiif.info, SITE),
     Route("GET", "/iiif/3/{identifier}/{region}/{size}/{rotation}/{quality_format}", iiif.image, SITE),
     Route("GET", "/books", rest.books),
+    Route("GET", "/books/library", rest.library),  # before /books/{book_id}, which would take "library" as an id
     Route("GET", "/books/{book_id}", rest.book),
     Route("GET", "/books/{book_id}/quote", text.quote),
     Route("GET", "/books/{book_id}/text", text.book_text),

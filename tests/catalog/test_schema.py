@@ -35,3 +35,27 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(RuntimeError, match="upgrade imagesvc"):
         Catalog(tmp_path / "c.sqlite3")
+
+
+def test_a_version_3_catalog_gains_the_catalogue_fields_and_title_search(tmp_path: Path) -> None:
+    """Books written before migration 4 keep their rows, get empty catalogue fields, and are found by FTS."""
+    from imagesvc.catalog.library import BookFilters, query_books
+    from imagesvc.catalog.schema import MIGRATIONS
+
+    conn = sqlite3.connect(tmp_path / "c.sqlite3")
+    for version in range(3):
+        conn.executescript(f"BEGIN; {MIGRATIONS[version]}; PRAGMA user_version = {version + 1}; COMMIT;")
+    conn.execute(
+        "INSERT INTO books (id, slug, title, author, language, institution, item_url, source_hash, ingested_at)"
+        " VALUES ('00', 'old-book', 'Hortus Sanitatis', 'Anonymous', 'Latin', 'I', 'https://x.example', '', '')"
+    )
+    conn.commit()
+    conn.close()
+    cat = Catalog(tmp_path / "c.sqlite3")
+    try:
+        rows, total = query_books(cat, BookFilters(search="hortus"), sort=None, limit=10, offset=0)
+        assert total == 1 and rows[0]["slug"] == "old-book"
+        assert rows[0]["edition_languages"] == [] and rows[0]["first_translation"] == 0
+        assert query_books(cat, BookFilters(category="botany"), sort=None, limit=10, offset=0)[1] == 0
+    finally:
+        cat.close()

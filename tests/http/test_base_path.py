@@ -21,7 +21,7 @@ async def test_a_spec_shaped_tools_call_answers_at_api_mcp(client: TestClient) -
     assert resp.status == 200
     assert body["jsonrpc"] == "2.0" and body["id"] == 1
     assert not body["result"].get("isError")
-    assert body["result"]["structuredContent"]["books"]
+    assert body["result"]["structuredContent"]["items"]
 
 
 async def test_rest_routes_live_under_the_base_path_and_not_at_the_root(client: TestClient) -> None:

@@ -36,8 +36,8 @@ async def test_books_paginate_with_total(client: TestClient) -> None:
     first = await (await client.get("/api/books", params={"limit": 3})).json()
     second = await (await client.get("/api/books", params={"limit": 3, "offset": 3})).json()
     assert first["total"] == second["total"] == 4
-    assert first["hasMore"] is True and second["hasMore"] is False
-    slugs = [b["slug"] for b in first["books"] + second["books"]]
+    assert first["has_more"] is True and second["has_more"] is False
+    slugs = [b["slug"] for b in first["items"] + second["items"]]
     assert len(set(slugs)) == 4
 
 
@@ -54,7 +54,7 @@ async def test_book_by_slug_and_by_id_agree(client: TestClient) -> None:
 
 async def test_page_without_image_has_no_image_url(client: TestClient) -> None:
     book = await (await client.get("/api/books/demo-traite-des-mines")).json()
-    page = next(p for p in book["pages"] if p["number"] == 7)
+    page = next(p for p in book["pages"] if p["page"] == 7)
     assert page["image_unavailable"] is True
     assert not [
         k for k in page if k.startswith("image_") and k not in ("image_unavailable", "image_unavailable_reason")
@@ -63,7 +63,7 @@ async def test_page_without_image_has_no_image_url(client: TestClient) -> None:
 
 async def test_every_tier_fetches_at_its_size(client: TestClient) -> None:
     book = await (await client.get("/api/books/demo-traite-des-mines")).json()
-    large = next(p for p in book["pages"] if p["number"] == 2)  # the 4200 px master
+    large = next(p for p in book["pages"] if p["page"] == 2)  # the 4200 px master
     for tier, longest in (("full", 4200), ("display", 2000), ("thumb", 300)):
         resp = await client.get(_local(large[f"image_{tier}"]))
         assert resp.status == 200
@@ -140,7 +140,7 @@ def _walk(value: Any, found: list[str]) -> None:
 async def test_every_image_url_in_every_response_is_on_the_image_host(client: TestClient) -> None:
     listing = await (await client.get("/api/books", params={"limit": 200})).json()
     responses: list[Any] = [listing]
-    for book in listing["books"]:
+    for book in listing["items"]:
         responses.append(await (await client.get(f"/api/books/{book['slug']}")).json())
     urls: list[str] = []
     for body in responses:

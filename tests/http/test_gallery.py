@@ -33,7 +33,7 @@ async def get(client: TestClient, path: str, status: int = 200, **params: Any) -
 
 
 def urls(item: dict[str, Any]) -> list[str]:
-    return [item["imageUrl"], item["thumbnailUrl"]]
+    return [item["image_full"], item["image_display"], item["image_thumb"]]
 
 
 async def test_more_like_this_ranks_the_illustration_itself_first(clip_client: TestClient) -> None:
@@ -52,16 +52,16 @@ async def test_text_query_uses_clip_and_says_so(clip_client: TestClient) -> None
     assert body["items"] and all(i["scores"]["clip"] is not None for i in body["items"])
     assert all(u.startswith(IMAGE_HOST) for i in body["items"] for u in urls(i))
     top = body["items"][0]
-    assert {"pageId", "bookId", "pageNumber", "detectionIndex", "bookTitle", "bbox", "metadata"} <= top.keys()
+    assert {"page_id", "book_id", "page", "index", "book_title", "bbox", "metadata", "citation_url"} <= top.keys()
 
 
 async def test_filters_apply_before_ranking_and_max_per_book_after(clip_client: TestClient, data_dir: Path) -> None:
     body = await get(clip_client, "/api/gallery", q="title page", type="woodcut", maxPerBook=1, limit=50)
     assert all(i["type"] == "woodcut" for i in body["items"])
     # Woodcuts live in three books: each still gives its best one although other types outrank them overall.
-    assert len({i["bookId"] for i in body["items"]}) == 3 == body["total"] == len(body["items"])
+    assert len({i["book_id"] for i in body["items"]}) == 3 == body["total"] == len(body["items"])
     two = await get(clip_client, "/api/gallery", q="title page", type="woodcut", maxPerBook=2, limit=50)
-    assert two["total"] == 2 + 2 + 2 and not two["hasMore"]
+    assert two["total"] == 2 + 2 + 2 and not two["has_more"]
     year = await get(clip_client, "/api/gallery", q="fire", year_from=1600, year_to=1620, maxPerBook=1000, limit=50)
     assert year["items"] and all(1600 <= i["year"] <= 1620 for i in year["items"])
     subject = await get(clip_client, "/api/gallery", q="x", subject="Mining", maxPerBook=1000, limit=50)
@@ -77,7 +77,7 @@ async def test_pages_are_stable_and_add_up_to_total(clip_client: TestClient) -> 
     for offset in range(0, whole["total"], 7):
         page = await get(clip_client, "/api/gallery", q="plant", maxPerBook=1000, limit=7, offset=offset)
         assert page["total"] == whole["total"]
-        assert page["hasMore"] == (offset + 7 < whole["total"])
+        assert page["has_more"] == (offset + 7 < whole["total"])
         seen += [i["id"] for i in page["items"]]
     assert seen == [i["id"] for i in whole["items"]] and len(set(seen)) == whole["total"]
 
@@ -100,15 +100,15 @@ async def test_without_weights_search_is_full_text_and_says_so(client: TestClien
 
 
 async def test_collection_counts_match_items_after_removal_and_withdrawal(client: TestClient, data_dir: Path) -> None:
-    before = {c["slug"]: c for c in (await get(client, "/api/gallery/collections"))["collections"]}
+    before = {c["slug"]: c for c in (await get(client, "/api/gallery/collections"))["items"]}
     slug = next(iter(before))
     items = (await get(client, f"/api/gallery/collections/{slug}"))["items"]
     catalog = Catalog(data_dir / "catalog.sqlite3")  # an operator's connection, as the CLI would open
     with catalog.transaction() as conn:
         remove_illustration(conn, items[0]["id"])
-        withdraw_book(conn, items[-1]["bookId"])
+        withdraw_book(conn, items[-1]["book_id"])
     catalog.close()
-    listing = (await get(client, "/api/gallery/collections"))["collections"]
+    listing = (await get(client, "/api/gallery/collections"))["items"]
     for entry in listing:
         one = await get(client, f"/api/gallery/collections/{entry['slug']}")
         assert entry["imageCount"] == one["imageCount"] == len(one["items"])
@@ -144,11 +144,11 @@ async def test_vectors_page_by_keyset_in_both_formats(clip_client: TestClient) -
 async def test_image_and_book_images(client: TestClient) -> None:
     first = (await get(client, "/api/gallery", limit=1))["items"][0]
     one = await get(client, f"/api/gallery/images/{first['id']}")
-    assert one["book"]["title"] == first["bookTitle"] and one["citationUrl"].startswith(SITE)
-    assert set(one["tiers"]) == {"full", "display", "thumb"}
-    assert all(t["url"].startswith(IMAGE_HOST) for t in one["tiers"].values())
-    book = await get(client, f"/api/books/{first['bookId']}/images", limit=2)
-    assert book["total"] >= len(book["items"]) == 2 and book["hasMore"]
+    assert one["book"]["title"] == first["book_title"] and one["citation_url"].startswith(SITE)
+    assert set(one["sizes"]) == {"full", "display", "thumb"}
+    assert all(one[f"image_{t}"].startswith(IMAGE_HOST) for t in one["sizes"])
+    book = await get(client, f"/api/books/{first['book_id']}/images", limit=2)
+    assert book["total"] >= len(book["items"]) == 2 and book["has_more"]
     await get(client, "/api/books/no-such-book/images", 404)
 
 
@@ -170,3 +170,58 @@ async def test_unknown_ids_are_404(clip_client: TestClient) -> None:
     ]:
         body = await get(clip_client, path, 404, **params)
         assert body["error"] == "not_found" and body["recovery"]
+
+
+async def test_enumeration_reaches_every_live_illustration_exactly_once(client: TestClient, data_dir: Path) -> None:
+    """maxPerBook=1000 enumerates: near-duplicates are items of their own, total counts illustrations, and the
+    keyset cursor walks the whole catalog; a book's count agrees with get_book_images."""
+    catalog = Catalog(data_dir / "catalog.sqlite3")
+    live = {r["id"] for r in catalog.query_all("SELECT id FROM illustrations WHERE removed = 0")}
+    catalog.close()
+    seen: list[str] = []
+    params: dict[str, Any] = {"maxPerBook": 1000, "limit": 7}
+    while True:
+        page = await get(client, "/api/gallery", **params)
+        assert page["total"] == len(live)
+        seen += [i["id"] for i in page["items"]]
+        assert page["has_more"] == (page["next_cursor"] is not None)
+        if page["next_cursor"] is None:
+            break
+        params["cursor"] = page["next_cursor"]
+    assert len(seen) == len(set(seen)) == len(live) and set(seen) == live
+    by_offset = await get(client, "/api/gallery", maxPerBook=1000, limit=50)
+    assert [i["id"] for i in by_offset["items"]] == seen[:50]
+    grouped = [i for i in by_offset["items"] if i["duplicates"]]
+    assert grouped, "the demo library has near-duplicate plates"
+    folded = await get(client, "/api/gallery", maxPerBook=1000, limit=50, fold_duplicates="true")
+    assert folded["total"] < len(live) and not {d for i in folded["items"] for d in i["duplicates"]} & {
+        i["id"] for i in folded["items"]
+    }
+    for book_id in {i["book_id"] for i in by_offset["items"]}:
+        images = await get(client, f"/api/books/{book_id}/images", limit=200)
+        listed = await get(client, "/api/gallery", book=book_id, maxPerBook=1000, limit=50)
+        assert images["total"] == listed["total"] == sum(1 for i in seen if i.startswith(book_id + "-"))
+
+
+async def test_cursor_goes_on_after_its_illustration_is_removed(client: TestClient, data_dir: Path) -> None:
+    first = await get(client, "/api/gallery", maxPerBook=1000, limit=5)
+    after = await get(client, "/api/gallery", maxPerBook=1000, limit=5, cursor=first["next_cursor"])
+    catalog = Catalog(data_dir / "catalog.sqlite3")
+    with catalog.transaction() as conn:
+        remove_illustration(conn, first["next_cursor"])
+    catalog.close()
+    again = await get(client, "/api/gallery", maxPerBook=1000, limit=5, cursor=first["next_cursor"])
+    assert [i["id"] for i in again["items"]] == [i["id"] for i in after["items"]]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"cursor": "not-a-cursor"},
+        {"cursor": "abc-1:0", "offset": 5},
+        {"cursor": "abc-1:0", "q": "serpent"},
+    ],
+)
+async def test_bad_cursors_are_400(client: TestClient, params: dict[str, Any]) -> None:
+    body = await get(client, "/api/gallery", 400, **params)
+    assert body["error"] == "invalid_request" and "cursor" in body["message"].lower() + str(body.get("details"))

@@ -41,7 +41,7 @@ async def test_rtl_books_say_so_and_pages_without_images_stay_honest(client: Tes
     library = await (await client.get("/api/books?limit=200")).json()
     for summary in library["items"] if "items" in library else library["books"]:
         book = await (await client.get(f"/api/books/{summary['id']}")).json()
-        missing = [p["number"] for p in book["pages"] if p.get("image_unavailable")]
+        missing = [p["page"] for p in book["pages"] if p.get("image_unavailable")]
         if not missing:
             continue
         manifest = await (await client.get(f"/iiif/3/manifest/{book['id']}")).json()

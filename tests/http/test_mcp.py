@@ -88,8 +88,8 @@ async def examples(session: ClientSession) -> dict[str, dict[str, Any]]:
             args["get_image"] = {"id": items[0]["id"]}
     if "list_collections" in names:
         found = await session.call_tool("list_collections", {})
-        if found.structured_content["collections"]:
-            args["get_collection"] = {"slug": found.structured_content["collections"][0]["slug"]}
+        if found.structured_content["items"]:
+            args["get_collection"] = {"slug": found.structured_content["items"][0]["slug"]}
     return args
 
 
@@ -149,14 +149,42 @@ async def test_every_tool_answers_the_official_client_as_it_answers_a_plain_post
             assert result.content[0].type == "text"
 
 
-async def test_book_tool_results_carry_a_few_small_thumbnails(server: TestServer) -> None:
+async def test_book_tool_results_carry_thumbnails_only_when_asked(server: TestServer) -> None:
     async with mcp_session(server) as session:
-        result = await session.call_tool("get_book", {"book_id": BOOK})
+        plain = await session.call_tool("get_book", {"book_id": BOOK})
+        result = await session.call_tool("get_book", {"book_id": BOOK, "include_images": True})
+        listed = {t.name: t for t in (await session.list_tools()).tools}
+    assert [block.type for block in plain.content] == ["text"]  # metadata alone by default: no ~92 KB of pictures
+    assert listed["get_book"].input_schema["properties"]["include_images"]["default"] is False
     pictures = [block for block in result.content if block.type == "image"]
     assert 1 <= len(pictures) <= 4
     for picture in pictures:
         assert picture.mime_type == "image/jpeg"
         assert base64.b64decode(picture.data)[:2] == b"\xff\xd8"  # a JPEG, not an error page
+
+
+async def test_a_bad_key_reaches_the_official_client_as_a_message_it_can_act_on(server: TestServer) -> None:
+    """A wrong key must not look like an OAuth challenge or an opaque transport failure to an MCP client."""
+    headers = {"Authorization": "Bearer isk_not-a-real-key"}
+    async with (
+        httpx2.AsyncClient(headers=headers) as http,
+        streamable_http_client(str(server.make_url("/api/mcp")), http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        hello = await session.initialize()
+        result = await session.call_tool("get_book", {"book_id": BOOK})
+    assert hello.instructions is not None and hello.instructions.startswith("The API key is not known")
+    assert result.is_error is True
+    body = result.structured_content
+    assert body["error"] == "unauthorized"
+    assert "API key" in body["message"] and "not known" in body["message"]
+    assert any("Authorization" in step for step in body["recovery"])
+    assert "API key" in result.content[0].text
+    status, raw = await rpc(server, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, Authorization="Bearer nope")
+    assert status == 200 and raw == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    bad = {"Authorization": "Bearer nope"}
+    async with aiohttp.ClientSession() as http, http.get(server.make_url("/api/books"), headers=bad) as resp:
+        assert resp.status == 401 and (await resp.json())["error"] == "unauthorized"  # REST keeps its plain 401
 
 
 async def test_bad_arguments_are_tool_errors_the_model_can_act_on(server: TestServer) -> None:

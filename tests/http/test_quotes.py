@@ -64,7 +64,7 @@ async def test_quote_answers_with_the_spec_citation_block(client: TestClient) ->
         "Anna Example (1612), p. 3. DOI: 10.5281/zenodo.1000001",
         "bibliography": "Johannes Balthasar Kesslerus. Speculum Fornacum Philosophicarum (demo). Translated by Demo "
         "Translator Anna Example. 1612. DOI: 10.5281/zenodo.1000001",
-        "url": f"{SITE}/book/{SPECULUM}?page=3",
+        "citation_url": f"{SITE}/book/{SPECULUM}?page=3",
         "doi_url": "https://doi.org/10.5281/zenodo.1000001",
     }
     assert body["license"].startswith("https://creativecommons.org/")
@@ -87,7 +87,7 @@ async def test_book_without_year_or_doi_cites_sensibly(client: TestClient) -> No
         "inline": "(Hieronymus Grünwalder n.d., p. 2)",
         "footnote": "Hieronymus Grünwalder, Gart der Kreüter vnd Wurtzeln (demo) (n.d.), p. 2.",
         "bibliography": "Hieronymus Grünwalder. Gart der Kreüter vnd Wurtzeln (demo). n.d.",
-        "url": f"{SITE}/book/{GART}?page=2",
+        "citation_url": f"{SITE}/book/{GART}?page=2",
         "doi_url": None,
     }
 
@@ -151,7 +151,7 @@ async def test_book_text_json_lists_pages_and_what_is_missing(client: TestClient
     assert (both["pages_served"], both["truncated"], both["max_pages"]) == (8, False, 200)
     only = await (await client.get(f"/api/books/{SPECULUM}/text", params={"content": "translation"})).json()
     assert [p["page"] for p in only["pages"]] == [1, 2, 3, 4, 6, 7, 8]
-    assert all(set(p) == {"page", "url", "translation"} for p in only["pages"])
+    assert all(set(p) == {"page", "citation_url", "translation"} for p in only["pages"])
     assert only["missing"] == [{"page": 5, "available": ["ocr", "original"]}]
 
 
@@ -286,7 +286,7 @@ async def test_get_quotes_by_list_and_by_range(client: TestClient) -> None:
     assert listed["quotes"][0]["citation"]["inline"] == "(Johannes Balthasar Kesslerus 1612, p. 7)"
     ranged = await _get_quotes(client, **{"from": 6, "to": 30})
     assert [q["quote"]["page"] for q in ranged["quotes"]] == [6, 7, 8]
-    assert (ranged["pages_served"], ranged["truncated"]) == (3, False)
+    assert (ranged["pages_served"], ranged["truncated"], ranged["missing_pages"]) == (3, False, list(range(9, 31)))
     limits = await (await client.get("/api/rate_limit")).json()
     assert limits["pools"]["text"]["used"] == 5
 
@@ -301,7 +301,36 @@ async def test_get_quotes_refuses_bad_requests(client: TestClient) -> None:
     with pytest.raises(InvalidRequest, match="not both and not neither"):
         await _get_quotes(client)
     with pytest.raises(NotFound, match="no page 9, 12; it has pages 1–8"):
-        await _get_quotes(client, pages=[1, 9, 12])
+        await _get_quotes(client, pages=[9, 12])
+    with pytest.raises(NotFound, match="no page in 20–30; it has pages 1–8"):
+        await _get_quotes(client, **{"from": 20, "to": 30})
+
+
+async def test_get_quotes_skips_missing_pages_alike_for_a_list_and_a_range(client: TestClient) -> None:
+    """One rule for both forms: pages the book lacks are skipped and named in missing_pages; only none is a 404."""
+    listed = await _get_quotes(client, pages=[1, 9, 12, 3])
+    assert [q["quote"]["page"] for q in listed["quotes"]] == [1, 3]
+    assert listed["missing_pages"] == [9, 12]
+    assert (listed["pages_requested"], listed["pages_served"], listed["truncated"]) == (4, 2, False)
+    ranged = await _get_quotes(client, **{"from": 7, "to": 10})
+    assert [q["quote"]["page"] for q in ranged["quotes"]] == [7, 8]
+    assert ranged["missing_pages"] == [9, 10]
+    assert (ranged["pages_requested"], ranged["pages_served"], ranged["truncated"]) == (4, 2, False)
+    whole = await _get_quotes(client, pages=[2])
+    assert whole["missing_pages"] == []
+    limits = await (await client.get("/api/rate_limit")).json()
+    assert limits["pools"]["text"]["used"] == 5  # only served pages cost
+
+
+async def test_text_tools_carry_the_same_attribution_as_get_book(client: TestClient) -> None:
+    book = await (await client.get(f"/api/books/{SPECULUM}")).json()
+    full = book["attribution"]
+    assert {"institution", "institution_url", "item_url", "license", "doi", "doi_url"} <= full.keys()
+    assert full["doi"] == "10.5281/zenodo.1000001" and full["license"].startswith("https://creativecommons.org/")
+    quote = await (await client.get(f"/api/books/{SPECULUM}/quote", params={"page": "2"})).json()
+    text = await (await client.get(f"/api/books/{SPECULUM}/text", params={"from": "1", "to": "2"})).json()
+    quotes = await _get_quotes(client, pages=[1, 2])
+    assert quote["attribution"] == text["attribution"] == quotes["attribution"] == full
 
 
 async def test_get_quotes_cut_by_budget_names_the_rest(client: TestClient) -> None:

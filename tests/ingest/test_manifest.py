@@ -88,3 +88,31 @@ def test_unreadable_manifest(tmp_path: Path) -> None:
         load_manifest(path)
     with pytest.raises(ManifestError, match="does not exist"):
         load_manifest(tmp_path / "nope.json")
+
+
+def test_catalogue_fields_are_checked_and_each_problem_named(tmp_path: Path) -> None:
+    good = _book(
+        category="botany",
+        collection="herbals",
+        work_id="anon-herbal",
+        edition_key="venice-1499",
+        first_translation=True,
+        edition_languages=["la", "en"],
+        translated_at="2024-05-01",
+    )
+    assert load_manifest(_write(tmp_path, {"version": 1, "books": [good]})).books[0]["edition_languages"] == [
+        "la",
+        "en",
+    ]
+    bad = _book(
+        collection="Not A Slug",
+        edition_languages=["english"],
+        translated_at="May 2024",
+        first_translation="yes",
+        work_id="has spaces",
+    )
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(_write(tmp_path, {"version": 1, "books": [bad]}))
+    fields = " ".join(caught.value.problems)
+    for field in ("collection", "edition_languages[0]", "translated_at", "first_translation", "work_id"):
+        assert f"field {field}" in fields, field

@@ -28,7 +28,7 @@ def table(n: int = 40, books: int = 4, seed: int = 1) -> tuple[GalleryTable, np.
 def test_near_duplicates_fold_into_the_best_scored_one() -> None:
     t, m = table()
     t.group[[3, 7, 11]] = 0
-    r = rank(t, Query(like="i003", max_per_book=1000, limit=50), m, m[3])
+    r = rank(t, Query(like="i003", max_per_book=1000, limit=50, fold_duplicates=True), m, m[3])
     assert r.rows[0] == 3 and r.duplicates[0] == [7, 11]
     assert 7 not in r.rows and 11 not in r.rows and r.total == 38
 

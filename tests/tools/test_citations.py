@@ -36,7 +36,7 @@ def test_full_record_matches_every_spec_shape() -> None:
         "DOI: 10.5281/zenodo.1000001",
         "bibliography": "Johannes Kesslerus. Speculum Fornacum. Translated by Anna Example. 1612. "
         "DOI: 10.5281/zenodo.1000001",
-        "url": URL,
+        "citation_url": URL,
         "doi_url": "https://doi.org/10.5281/zenodo.1000001",
     }
 
@@ -71,7 +71,7 @@ def test_bare_record_never_says_none() -> None:
         "inline": "(Hieronymus Grünwalder n.d., p. 1)",
         "footnote": "Hieronymus Grünwalder, Speculum Fornacum (n.d.), p. 1.",
         "bibliography": "Hieronymus Grünwalder. Speculum Fornacum. n.d.",
-        "url": URL,
+        "citation_url": URL,
         "doi_url": None,
     }
     assert not any("None" in str(v) for v in cite.values() if v is not None)

@@ -1,0 +1,148 @@
+"""The catalogue browser's query: live books filtered by author, years, language, category, collection, library,
+work, edition key, translation and edition language, optionally ranked by full text over titles and authors (FTS5).
+
+Every filter is a bound parameter; free text is turned into quoted FTS5 terms, so no caller input is SQL or FTS
+syntax. Counts and rows come from one filtered set, so ``total`` always matches what paging returns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SORTS", "BookFilters", "author_name", "canonical_slug", "query_books", "title_author_expression"]
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_PROGRESS = (
+    "(SELECT count(*) FROM pages p WHERE p.book_id = b.id) AS page_count,"
+    " (SELECT count(*) FROM pages p WHERE p.book_id = b.id AND p.translation IS NOT NULL) AS translated_pages"
+)
+_HAS_TRANSLATION = "EXISTS (SELECT 1 FROM pages p WHERE p.book_id = b.id AND p.translation IS NOT NULL)"
+_TITLE = "b.title COLLATE NOCASE, b.id"
+# Whole ORDER BY clauses, ties broken by title then id; the first three match an index of migration 4 exactly.
+# NULLs sort first in SQLite, so a DESC order puts books without a date last by itself.
+SORTS: dict[str, str] = {
+    "recent-translation": f"b.translated_at DESC, {_TITLE}",
+    "recent": f"b.ingested_at DESC, {_TITLE}",
+    "title-asc": _TITLE,
+    "title-desc": "b.title COLLATE NOCASE DESC, b.id DESC",
+    "date_asc": f"b.year IS NULL, b.year, {_TITLE}",
+    "date_desc": f"b.year DESC, {_TITLE}",
+}
+
+
+def canonical_slug(value: str) -> str:
+    """An author or library name in slug form: ``Claude Ferrandier`` -> ``claude-ferrandier``."""
+    return "-".join(w.casefold() for w in _WORD.findall(value) if w != "_")
+
+
+def author_name(catalog: Any, author_id: str) -> str | None:
+    """The name a live book gives for canonical author ``author_id``, or None when no live book has that author."""
+    row = catalog.query_one(
+        "SELECT author FROM books WHERE author_id = ? AND withdrawn = 0 ORDER BY id LIMIT 1", (author_id,)
+    )
+    return row["author"] if row else None
+
+
+def title_author_expression(text: str) -> str | None:
+    """Quoted FTS5 terms, any of which may match (BM25 puts books matching more of them first); the last word
+    also matches as a prefix. None when the text holds no word."""
+    words = [w.casefold() for w in _WORD.findall(text)][:32]
+    if not words:
+        return None
+    terms = [f'"{w}"' for w in words]
+    terms[-1] += "*"
+    return " OR ".join(terms)
+
+
+@dataclass(frozen=True)
+class BookFilters:
+    """What /books/library filters on; None leaves a filter out."""
+
+    author_id: str | None = None
+    year_from: int | None = None
+    year_to: int | None = None
+    language: str | None = None
+    category: str | None = None
+    collection: str | None = None
+    library: str | None = None
+    search: str | None = None
+    has_translation: bool | None = None
+    first_translation: bool | None = None
+    has_edition: str | None = None
+    work_id: str | None = None
+    edition_key: str | None = None
+
+
+def _where(catalog: Any, f: BookFilters) -> tuple[list[str], list[Any]]:
+    where, args = ["b.withdrawn = 0"], []
+    equal = {
+        "b.author_id": f.author_id,
+        "b.collection": f.collection,
+        "b.work_id": f.work_id,
+        "b.edition_key": f.edition_key,
+    }
+    for column, value in equal.items():
+        if value is not None:
+            where.append(f"{column} = ?")
+            args.append(value)
+    for column, value in (("b.language", f.language), ("b.category", f.category)):
+        if value is not None:
+            where.append(f"lower({column}) = lower(?)")
+            args.append(value)
+    if f.library is not None:  # the contributing institution, by its name or the name's slug
+        names = [r["institution"] for r in catalog.query_all("SELECT DISTINCT institution FROM books")]
+        wanted = canonical_slug(f.library)
+        matches = [n for n in names if n.casefold() == f.library.casefold() or canonical_slug(n) == wanted]
+        where.append(f"b.institution IN ({','.join('?' * len(matches))})" if matches else "0")
+        args += matches
+    if f.year_from is not None:  # a book without a year never matches a year filter
+        where.append("b.year IS NOT NULL AND b.year >= ?")
+        args.append(f.year_from)
+    if f.year_to is not None:
+        where.append("b.year IS NOT NULL AND b.year <= ?")
+        args.append(f.year_to)
+    if f.has_translation is not None:
+        where.append(_HAS_TRANSLATION if f.has_translation else f"NOT {_HAS_TRANSLATION}")
+    if f.first_translation is not None:
+        where.append("b.first_translation = ?")
+        args.append(int(f.first_translation))
+    if f.has_edition is not None:
+        where.append("EXISTS (SELECT 1 FROM json_each(b.edition_languages) WHERE lower(value) = lower(?))")
+        args.append(f.has_edition)
+    return where, args
+
+
+def query_books(
+    catalog: Any, f: BookFilters, *, sort: str | None, limit: int, offset: int
+) -> tuple[list[dict[str, Any]], int]:
+    """One page of live books matching ``f`` and the total that match. ``sort`` is a key of ``SORTS``; None means
+    relevance when ``f.search`` is given, else ``recent-translation``. Ties fall back to title, then id."""
+    where, args = _where(catalog, f)
+    join, rank = "", None
+    if f.search is not None:
+        expression = title_author_expression(f.search)
+        if expression is None:
+            return [], 0
+        join = "JOIN books_fts ON books_fts.rowid = b.rowid"
+        where.append("books_fts MATCH ?")
+        args.append(expression)
+        rank = "bm25(books_fts, 1.0, 1.0)"
+    clause = " AND ".join(where)
+    total = catalog.query_one(f"SELECT count(*) AS n FROM books b {join} WHERE {clause}", args)["n"]
+    order = f"{rank}, {_TITLE}" if sort is None and rank is not None else SORTS[sort or "recent-translation"]
+    # Order and cut on the bare rows first; page counts are then taken for this page's books only.
+    ids = [
+        r["id"]
+        for r in catalog.query_all(
+            f"SELECT b.id FROM books b {join} WHERE {clause} ORDER BY {order} LIMIT ? OFFSET ?",
+            [*args, limit, offset],
+        )
+    ]
+    marks = ",".join("?" * len(ids))
+    found = {
+        r["id"]: r for r in catalog.query_all(f"SELECT b.*, {_PROGRESS} FROM books b WHERE b.id IN ({marks})", ids)
+    }
+    rows = [found[i] for i in ids]
+    return rows, total
