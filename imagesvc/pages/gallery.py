@@ -98,8 +98,8 @@ async def _choices(request: web.Request) -> dict[str, list[tuple[str, str]]]:
     books = await tools.call(services, "list_books", {"limit": 200}, call)
     sets = await tools.call(services, "list_collections", {}, call)
     choices = {
-        "book_id": [(b["slug"], b["title"]) for b in books["books"]],
-        "collection": [(c["slug"], c["title"]) for c in sets["collections"]],
+        "book_id": [(b["slug"], b["title"]) for b in books["items"]],
+        "collection": [(c["slug"], c["title"]) for c in sets["items"]],
     }
     held.update(until=now + CHOICES_SECONDS, choices=choices)
     return choices
@@ -121,7 +121,7 @@ async def home(request: web.Request) -> web.Response:
         "clip": result["search"].get("mode") == "clip+full-text",
         "upload": UPLOAD_ARGUMENT in _schema(),
         "prev_link": _page_link(request, max(0, offset - limit)) if offset > 0 else None,
-        "next_link": _page_link(request, offset + limit) if result["hasMore"] else None,
+        "next_link": _page_link(request, offset + limit) if result["has_more"] else None,
         "first": offset + 1,
         "last": offset + len(result["items"]),
     }
@@ -149,7 +149,7 @@ async def illustration(request: web.Request) -> web.Response:
 async def collections(request: web.Request) -> web.Response:
     """``GET /collections``: the curated sets with their covers and counts."""
     result = await tools.call(request.app[SERVICES], "list_collections", {}, tool_call(request))
-    return render(request, "collections.html", {"title": "Collections", "collections": result["collections"]})
+    return render(request, "collections.html", {"title": "Collections", "collections": result["items"]})
 
 
 async def collection(request: web.Request) -> web.Response:

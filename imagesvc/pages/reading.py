@@ -52,8 +52,8 @@ async def _page_images(request: web.Request, book_id: str, number: int) -> list[
     while True:
         args = {"book_id": book_id, "limit": MAX_IMAGES, "offset": offset}
         result = await tools.call(services, "get_book_images", args, call)
-        found += [i for i in result["items"] if i["pageNumber"] == number]
-        if not result["hasMore"]:
+        found += [i for i in result["items"] if i["page"] == number]
+        if not result["has_more"]:
             return found
         offset += MAX_IMAGES
 
@@ -70,7 +70,7 @@ async def _reading(request: web.Request, number: int) -> web.Response:
         # The text budget is spent: the page still shows its image and says when the text comes back, with the
         # status and Retry-After the API would send (a request-limit denial never gets this far).
         limited = exc
-    numbers = [p["number"] for p in book["pages"]]
+    numbers = [p["page"] for p in book["pages"]]
     if number not in numbers:  # only if the catalog changed between the two reads (get_quote checked the page)
         raise NotFound(f"{book['title']!r} has no page {number}.", details={"book_id": book["id"]})
     at = numbers.index(number)

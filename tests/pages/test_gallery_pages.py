@@ -71,12 +71,12 @@ async def test_pictures_come_from_the_image_host_with_descriptions_as_alt_text(c
     images = doc.all("img")
     assert len(images) == len(api["items"]) > 20
     for img, item in zip(images, api["items"], strict=True):
-        assert img.attrs["src"] == item["thumbnailUrl"]
+        assert img.attrs["src"] == item["image_thumb"]
         assert img.attrs["src"].startswith(f"{SITE}/img/")  # the public, marked tier
         assert img.attrs["alt"] == item["description"]
     # Each result opens the page it is printed on, at its citation URL.
     hrefs = [a.attrs["href"] for a in doc.all("a", cls="thumb")]
-    assert hrefs == [item["citationUrl"].removeprefix(SITE) for item in api["items"]]
+    assert hrefs == [item["citation_url"].removeprefix(SITE) for item in api["items"]]
 
 
 async def test_a_hostile_query_is_shown_as_text(client: TestClient) -> None:
@@ -102,8 +102,8 @@ async def test_collections_show_their_covers_counts_and_items(client: TestClient
     api = await (await client.get("/api/gallery/collections")).json()
     doc = parse(await (await client.get("/collections", headers=HTML)).text())
     covers = [img.attrs["src"] for img in doc.all("img")]
-    assert covers == [c["coverImage"] for c in api["collections"]]
-    for c in api["collections"]:
+    assert covers == [c["cover_image"] for c in api["items"]]
+    for c in api["items"]:
         link = doc.all("a", href=f"/collections/{c['slug']}")
         assert link and any(c["title"] == a.text for a in link)
         one = await client.get(f"/collections/{c['slug']}", headers=HTML)
@@ -119,10 +119,10 @@ async def test_an_illustration_page_describes_it_and_links_its_page(client: Test
     item = await (await client.get(f"/api/gallery/images/{items[0]['id']}")).json()
     doc = parse(await (await client.get(f"/illustration/{item['id']}", headers=HTML)).text())
     assert doc.one("h1").text == item["description"]
-    assert doc.one("p", cls="museum").text == item["museumDescription"]
+    assert doc.one("p", cls="museum").text == item["museum_description"]
     img = doc.one("img")
-    assert img.attrs["src"] == item["tiers"]["display"]["url"] and img.attrs["alt"] == item["description"]
-    assert doc.all("a", href=item["citationUrl"].removeprefix(SITE))
+    assert img.attrs["src"] == item["image_display"] and img.attrs["alt"] == item["description"]
+    assert doc.all("a", href=item["citation_url"].removeprefix(SITE))
     unknown = await client.get("/illustration/nope:0", headers=HTML)
     assert unknown.status == 404 and unknown.content_type == "text/html"
 
