@@ -30,7 +30,7 @@ class Meter:
     states: dict[str, PoolState] = field(default_factory=dict)
     uncapped: dict[str, int] = field(default_factory=dict)  # milli-units of uncapped pools, metered once delivered
     delivers: bool = True  # False for a HEAD: reservations check the pool and count nothing
-    _alive: bool = False  # the access store answered during this request (uncapped pools check once)
+    alive: bool = False  # the access store already answered during this request (then uncapped pools need no ping)
 
     async def reserve(self, pool: str, units: int, *, allow_partial: bool = False) -> int:
         """Hold ``units`` whole units of ``pool`` (fewer with ``allow_partial``); returns the whole units granted.
@@ -74,15 +74,15 @@ class Meter:
         return result.units
 
     async def _ensure_alive(self) -> None:
-        if not self._alive:
+        if not self.alive:
             await self.access.ping()
-            self._alive = True
+            self.alive = True
 
     async def state(self, pool: str) -> PoolState:
         """The pool's state in whole units without counting anything (for headers and the quota endpoint)."""
         limit = self.caller.allowance.budget(pool)
         exact = await self.access.usage(self.caller.subject, pool, self._exact(limit), need=MILLI)
-        self._alive = True
+        self.alive = True
         state = public_state(exact)
         self.states.setdefault(pool, state)
         return state
@@ -96,7 +96,7 @@ class Meter:
         raise, so that HEAD answers as GET would. Returns the thousandths a real one would grant."""
         limit = self.caller.allowance.budget(pool)
         exact = await self.access.usage(self.caller.subject, pool, self._exact(limit), need=milli)
-        self._alive = True
+        self.alive = True
         self.states.setdefault(pool, public_state(exact))
         if exact.limit is None or exact.remaining is None:
             return milli

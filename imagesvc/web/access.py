@@ -66,7 +66,8 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         # MCP clients turn HTTP errors into opaque failures: /mcp still answers, and each tool call in it reports
         # this denial as an isError result (protocol methods such as initialize deliver nothing and stay answered).
         request[REQUEST_DENIED] = denied
-    meter = Meter(app[ACCESS], caller, delivers=request.method != "HEAD")  # a HEAD delivers nothing
+    # A HEAD delivers nothing. A counted hit proves the access store answered, so an uncapped delivery needs no ping.
+    meter = Meter(app[ACCESS], caller, delivers=request.method != "HEAD", alive=limit is not None)
     request[METER] = meter
     if limit is None:
         hit = None  # this route counts no requests, so its responses state no request limit (never "r=0")

@@ -3,8 +3,11 @@ the derivative cache and its 304s."""
 
 from __future__ import annotations
 
+import asyncio
 import io
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,6 +15,7 @@ from aiohttp.test_utils import TestClient
 from PIL import Image
 
 from imagesvc.access import MILLI
+from imagesvc.access.identity import sign_session
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.keys import create_key
 from imagesvc.storage.local import LocalStore
@@ -379,3 +383,24 @@ async def test_the_validator_test_image_needs_a_full_key_for_clean(make_client: 
     assert refused.status == 403 and (await refused.json())["error"] == "forbidden"
     marked = await client.get("/iiif/3/validator-squares/full/max/0/default.png")
     assert marked.status == 200 and marked.headers["RateLimit"] == '"images";r=499'  # 1000 x 1000: 0.25 of a unit
+
+
+async def test_two_nodes_share_one_exact_pool(make_client: Any, redis_server: str) -> None:
+    """Two instances on one Redis, one unit (1,000 thousandths) left, 40 concurrent 512 px tiles at 66 thousandths:
+    exactly 15 are delivered (990), every other one is refused, and a 16th never slips through on either node."""
+    nodes = [await make_client(access_backend="redis", redis_url=redis_server) for _ in range(2)]
+    user = f"tiles-{time.time_ns()}"  # the Redis server lives for the session: a fresh subject
+    auth = {"Authorization": f"Bearer {sign_session(user, int(time.time()) + 3600, 'test-secret')}"}
+    access = nodes[0].server.app[ACCESS]
+    assert await access.commit(await access.reserve(f"user:{user}", "images", 999 * MILLI, 1000 * MILLI))
+    page = await _page_id(nodes[0])
+
+    async def tile(i: int) -> int:
+        async with nodes[i % 2].get(f"/iiif/3/{page}/0,0,512,512/max/0/default.jpg", headers=auth) as resp:
+            await resp.read()
+            return resp.status
+
+    statuses = await asyncio.gather(*(tile(i) for i in range(40)))
+    assert (statuses.count(200), statuses.count(429)) == (15, 25)
+    pool = (await (await nodes[1].get("/api/rate_limit", headers=auth)).json())["pools"]["images"]
+    assert (pool["used_exact"], pool["remaining"]) == (999.99, 0)
