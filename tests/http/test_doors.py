@@ -242,6 +242,9 @@ async def test_with_the_access_backend_down_no_door_delivers_anything_metered(
             else:
                 assert resp.status < 500 or resp.status == 503, where
                 assert not _delivers_pixels(resp), where
+        for size in ("max", "^max", "!90,90"):  # whole pages, upscaled, tiny: none is delivered unmetered
+            url = "/iiif/3/{book}-{page}/full/".format(**samples) + f"{size}/0/default.jpg"
+            await assert_unavailable(await client.get(url + ("?clean=1" if who == "full key" else ""), headers=headers))
         for name, (kind, arguments) in TOOLS.items():
             resp = await _call_tool(client, name, _fill(arguments, samples), headers)
             if resp.status == 503:  # the request limit could not be checked: the whole POST is refused
