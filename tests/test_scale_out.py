@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from imagesvc.access import MILLI
 from imagesvc.access.identity import sign_session
 from imagesvc.access.redis import RedisAccess
 from imagesvc.catalog import Catalog
@@ -119,7 +120,9 @@ async def test_budgets_and_request_limits_are_exact_across_two_processes(cluster
         async with session.get(f"{nodes[0].url}/api/rate_limit", headers=auth) as resp:
             limit = (await resp.json())["pools"]["images"]["limit"]
         access = RedisAccess(cluster["redis"])
-        held = await access.reserve(f"user:{user}", "images", limit - 40, limit)  # 40 images left today
+        held = await access.reserve(
+            f"user:{user}", "images", (limit - 40) * MILLI, limit * MILLI
+        )  # 40 images left today
         assert await access.commit(held)  # type: ignore[arg-type]
         await access.close()
 

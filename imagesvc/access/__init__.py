@@ -9,6 +9,10 @@ lapses after ``PENDING_TTL`` seconds so a crashed process cannot hold budget for
 Request limits are a sliding-window log: at most ``limit`` hits in any ``window_seconds``; a hit ages out exactly
 ``window_seconds`` after it was made.
 
+Units are integers. The service counts thousandths of an image or page (``MILLI`` per unit: the ``Meter`` passes
+units and limits scaled by it), so fractional prices are kept exactly; ``public_state`` and ``public_denied`` turn
+exact figures into the whole units callers read.
+
 Backends: ``sqlite`` (one file, shared by every process on one machine) and ``redis`` (shared by every node).
 """
 
@@ -31,6 +35,7 @@ __all__ = [
     "BUCKET_SECONDS",
     "BUDGET_WINDOW",
     "METER_DAYS",
+    "MILLI",
     "PENDING_TTL",
     "POOLS",
     "AccessState",
@@ -42,6 +47,9 @@ __all__ = [
     "PoolState",
     "Reservation",
     "make_access",
+    "public_denied",
+    "public_state",
+    "whole_units",
 ]
 
 BACKENDS = ("sqlite", "redis")
@@ -51,6 +59,7 @@ BUDGET_WINDOW = 86_400  # seconds: budgets are rolling 24-hour windows
 BUCKET_SECONDS = 60  # budget precision: usage is summed per minute
 PENDING_TTL = 300.0  # seconds a reservation holds budget before it lapses
 METER_DAYS = 90  # days of daily usage the meter answers for
+MILLI = 1000  # stored units per image or page: prices are exact to a thousandth
 
 
 class AccessUnavailable(Unavailable):
@@ -94,7 +103,7 @@ class Allowed:
 
 @dataclass(frozen=True)
 class PoolState:
-    """One pool of one subject now. ``reset_seconds``: until one unit frees up (0 while units remain)."""
+    """One pool of one subject now. ``reset_seconds``: until the units asked about free up (0 while they are free)."""
 
     used: int
     limit: int | None
@@ -150,8 +159,11 @@ class AccessState(Protocol):
         """Release a reservation when nothing was delivered (error, 304, client gone). False if already settled."""
         ...
 
-    async def usage(self, subject: str, pool: str, limit: int | None, now: float | None = None) -> PoolState:
-        """The pool's state now: committed plus pending units in the rolling window."""
+    async def usage(
+        self, subject: str, pool: str, limit: int | None, now: float | None = None, *, need: int = 1
+    ) -> PoolState:
+        """The pool's state now: committed plus pending units in the rolling window; ``reset_seconds`` is the wait
+        until ``need`` units are free (0 when they are)."""
         ...
 
     async def hit(
@@ -167,6 +179,11 @@ class AccessState(Protocol):
 
     async def daily_usage(self, subject: str, days: int = METER_DAYS, now: float | None = None) -> list[DayUsage]:
         """Committed requests and units per UTC day and pool, the last ``days`` (1 to 90) days, oldest first."""
+        ...
+
+    async def ping(self) -> None:
+        """Return once the store answers; raise ``AccessUnavailable`` when it does not (checked before an uncapped
+        delivery, which reserves nothing, so that nothing metered goes out while the meter cannot be written)."""
         ...
 
     async def close(self) -> None:
@@ -229,16 +246,37 @@ def utc_day(t: float) -> int:
     return math.floor(t / 86_400)
 
 
-def pool_state(releases: list[tuple[float, int]], limit: int | None, now: float) -> PoolState:
-    """A pool's state from its live ``(release instant, units)`` pairs."""
+def pool_state(releases: list[tuple[float, int]], limit: int | None, now: float, need: int = 1) -> PoolState:
+    """A pool's state from its live ``(release instant, units)`` pairs; ``reset_seconds`` until ``need`` are free."""
     used = sum(u for _, u in releases)
     if limit is None:
         return PoolState(used, None, None, 0)
     remaining = max(0, limit - used)
-    reset = 0 if remaining else wait_until_free(releases, used - limit + 1, now)
+    reset = 0 if remaining >= need else wait_until_free(releases, used - limit + need, now)
     return PoolState(used, limit, remaining, reset)
 
 
 def day_name(day: int) -> str:
     """``YYYY-MM-DD`` of a meter day number."""
     return (dt.date(1970, 1, 1) + dt.timedelta(days=day)).isoformat()
+
+
+def whole_units(milli: int) -> int:
+    """Whole units a caller is shown for ``milli`` thousandths used or delivered: rounded up (never under-stated)."""
+    return -(-milli // MILLI)
+
+
+def public_state(exact: PoolState) -> PoolState:
+    """An exact (thousandths) pool state in whole units: ``remaining`` is the floor of what is left, ``used`` the
+    limit minus that; ``reset_seconds`` is kept. Uncapped pools show their use rounded up."""
+    if exact.limit is None or exact.remaining is None:
+        return PoolState(whole_units(exact.used), None, None, 0)
+    limit = exact.limit // MILLI
+    remaining = exact.remaining // MILLI
+    return PoolState(limit - remaining, limit, remaining, exact.reset_seconds)
+
+
+def public_denied(exact: Denied) -> Denied:
+    """A refusal in thousandths as whole units (``used`` rounded up, as in ``public_state``)."""
+    limit = exact.limit // MILLI
+    return Denied(min(limit, whole_units(exact.used)), limit, exact.retry_after_seconds)

@@ -160,7 +160,9 @@ class RedisAccess:
             released = await self._refund(keys=keys, args=[reservation.id])
         return int(released) >= 0
 
-    async def usage(self, subject: str, pool: str, limit: int | None, now: float | None = None) -> PoolState:
+    async def usage(
+        self, subject: str, pool: str, limit: int | None, now: float | None = None, *, need: int = 1
+    ) -> PoolState:
         now = time.time() if now is None else now
         async with self._translate(), self._redis.pipeline(transaction=True) as pipe:
             pipe.hgetall(self._key(subject, f"u:{pool}"))
@@ -173,7 +175,7 @@ class RedisAccess:
             n, created, expires = value.split()
             if float(expires) > now:
                 releases.append((bucket_release(bucket_of(float(created))), int(n)))
-        return pool_state(releases, limit, now)
+        return pool_state(releases, limit, now, need)
 
     async def hit(
         self, subject: str, limit: int | None, window_seconds: int, now: float | None = None
@@ -229,6 +231,10 @@ class RedisAccess:
                     )
                 )
         return rows
+
+    async def ping(self) -> None:
+        async with self._translate():
+            await self._redis.ping()
 
     async def close(self) -> None:
         await self._meter.flush()

@@ -197,10 +197,12 @@ class SqliteAccess:
     def _refund(con: sqlite3.Connection, rid: str) -> bool:
         return con.execute("DELETE FROM pending WHERE id = ?", (rid,)).rowcount > 0
 
-    async def usage(self, subject: str, pool: str, limit: int | None, now: float | None = None) -> PoolState:
+    async def usage(
+        self, subject: str, pool: str, limit: int | None, now: float | None = None, *, need: int = 1
+    ) -> PoolState:
         now = time.time() if now is None else now
         releases = await self._run(self._releases, subject, pool, now, write=False)
-        return pool_state(releases, limit, now)
+        return pool_state(releases, limit, now, need)
 
     async def hit(
         self, subject: str, limit: int | None, window_seconds: int, now: float | None = None
@@ -252,6 +254,9 @@ class SqliteAccess:
             (subject, first),
         ).fetchall()
 
+    async def ping(self) -> None:
+        await self._run(_nothing, write=False)
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -264,6 +269,10 @@ class SqliteAccess:
         if self._con is not None:
             self._con.close()
             self._con = None
+
+
+def _nothing(con: sqlite3.Connection) -> None:
+    """A read transaction that reads nothing: opens (or creates) the file and proves it usable."""
 
 
 def _use_wal(con: sqlite3.Connection, attempts: int = 100) -> None:

@@ -130,6 +130,8 @@ def _size(value: str, rw: int, rh: int, limits: Limits) -> tuple[int, int]:
         if bang:
             if not (sw and sh):
                 raise _bad("size", value, "!w,h needs both a width and a height")
+            if int(sw) == 0 or int(sh) == 0:  # a zero-sized box: _fit would round it up to 1 px
+                raise _bad("size", value, "the resulting image would be empty")
             w, h = _fit(rw, rh, int(sw), int(sh))
         elif sw and sh:
             w, h = int(sw), int(sh)

@@ -1,16 +1,16 @@
 """IIIF Image API sources: which stored pixels an identifier stands for, under ``/image``'s entitlement rules, plus
-the info.json document, the area-based image charge, and rendering through the derivative cache (iiif_cache.py).
+the info.json document, the exact area-based image price, and rendering through the derivative cache (iiif_cache.py).
 
 Entitlement is never decided here: every tier is located through ``locate_image``, so a caller gets the clean tiers
 only where ``/image?clean=1`` would give them (otherwise 403), and the marked public tiers by default. The one
-exception is the validator's test pattern, a single identifier configured in settings and read from a file.
+exception is the validator's test pattern, a single identifier configured in settings and read from a file; it follows
+the same ``clean=1`` rule (403 without a full-tier key) and is priced like any other output.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import math
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -25,15 +25,15 @@ from imagesvc.imaging.iiif import FORMATS, QUALITIES, Limits, Plan, render
 from imagesvc.services import Services
 from imagesvc.tools import Call
 from imagesvc.tools.iiif_cache import DerivativeCache
-from imagesvc.tools.image_delivery import ImageDelivery, locate_image
+from imagesvc.tools.image_delivery import ImageDelivery, locate_image, require_clean
 
 __all__ = [
     "IiifRuntime",
     "IiifSource",
     "SourceTier",
-    "charge_units",
     "derivative_etag",
     "info_document",
+    "price_milli",
     "produce",
     "resolve_source",
 ]
@@ -85,6 +85,8 @@ async def resolve_source(services: Services, call: Call, identifier: str, *, cle
     """
     settings = services.settings
     if settings.iiif_test_id and identifier == settings.iiif_test_id and settings.iiif_test_image:
+        if clean:
+            require_clean(call)  # the test pattern follows the one clean=1 rule like every other image
         tier = await asyncio.to_thread(_test_tier, Path(settings.iiif_test_image))
         return IiifSource(identifier, (tier,), clean=False, delivery=None)
     if ":" in identifier:
@@ -165,18 +167,15 @@ def _halvings(full: SourceTier) -> set[tuple[int, int]]:
     return out
 
 
-def charge_units(area: int, display_side: int, secret: bytes, salt: str) -> int:
-    """Image units for delivering ``area`` pixels: one unit per display-tier area (``display_side`` squared).
+def price_milli(width: int, height: int, display_side: int) -> int:
+    """The exact price of one output of ``width x height`` pixels, in thousandths of an image unit.
 
-    Whole display areas are charged outright; the fraction left is charged as one unit with that probability, drawn
-    from an HMAC of ``salt`` (caller, day, identifier and request) under the service's secret, so that a deep-zoom
-    tile costs a small expected fraction of a unit, the same request always costs the same, and nobody can tell in
-    advance which tiles come free.
+    One image unit buys one display-tier area (``display_side`` squared, 2000 x 2000 by default); an output pays its
+    area's share of that, rounded up to the next thousandth and never less than one thousandth: a 512 x 512 deep-zoom
+    tile costs 66 thousandths, a display-size page one unit, a 6000 x 8000 full page 12 units. No output is free and
+    nothing is drawn at random, so the same request always costs the same and a HEAD tells nothing a GET would not.
     """
-    ratio = area / (display_side * display_side)
-    whole = int(ratio)
-    draw = int.from_bytes(hmac.new(secret, salt.encode(), hashlib.sha256).digest()[:8], "big") / 2**64
-    return whole + (1 if draw < ratio - whole else 0)
+    return max(1, -(-width * height * 1000 // (display_side * display_side)))
 
 
 def derivative_etag(source: IiifSource, plan: Plan) -> str:

@@ -20,7 +20,7 @@ from imagesvc.services import Services
 from imagesvc.tools import Call
 from imagesvc.tools.books import require_book, unknown_book
 
-__all__ = ["IMAGE_TIERS", "ImageDelivery", "locate_image"]
+__all__ = ["IMAGE_TIERS", "ImageDelivery", "locate_image", "require_clean"]
 
 IMAGE_TIERS = ("full", "display", "thumb")
 
@@ -85,6 +85,22 @@ def _illustration_target(services: Services, illustration_id: str, tier: str) ->
     return Target(book, ill["page_number"], f"{book['slug']}-p{ill['page_number']}-{ill['idx']}", rendition)
 
 
+def require_clean(call: Call) -> None:
+    """Raise ``Forbidden`` (403) unless the caller's class may have images without visible marks (``clean=1``)."""
+    allowance = call.caller.allowance
+    if not allowance.clean_allowed:
+        tiers = _clean_classes()
+        raise Forbidden(
+            f"Images without visible marks (clean=1) need an API key of the {' or '.join(tiers)} tier; "
+            f"this request is served as {allowance.label}.",
+            recovery=[
+                f"Send a key of the {' or '.join(tiers)} tier as 'Authorization: Bearer <key>'.",
+                "Or leave out clean=1 to get the marked image.",
+            ],
+            details={"required_tiers": tiers, "caller_class": allowance.name},
+        )
+
+
 async def locate_image(
     services: Services,
     call: Call,
@@ -106,18 +122,8 @@ async def locate_image(
             "Say which image: book_id=<id or slug>&page=<n>, or illustration=<id>.",
             recovery=["Example: /image?book_id=<slug>&page=1&tier=display"],
         )
-    allowance = call.caller.allowance
-    if clean and not allowance.clean_allowed:
-        tiers = _clean_classes()
-        raise Forbidden(
-            f"Images without visible marks (clean=1) need an API key of the {' or '.join(tiers)} tier; "
-            f"this request is served as {allowance.label}.",
-            recovery=[
-                f"Send a key of the {' or '.join(tiers)} tier as 'Authorization: Bearer <key>'.",
-                "Or leave out clean=1 to get the marked image.",
-            ],
-            details={"required_tiers": tiers, "caller_class": allowance.name},
-        )
+    if clean:
+        require_clean(call)
     if illustration is not None:
         target = _illustration_target(services, illustration, tier)
     else:

@@ -1,7 +1,8 @@
 """The access middleware: identify the caller, count the request, and settle budgets once delivery is known.
 
 Responses are sent from inside this middleware (``prepare`` + ``write_eof``) so that a reservation is committed only
-after the bytes went out, and refunded on an error, a 304, or a client that went away.
+after the whole body was handed to the transport, and refunded on an error, a 304, or a client that went away before
+the end of the body.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         request[REQUEST_DENIED] = denied
     if refused is not None:
         request[REQUEST_DENIED] = refused
-    meter = Meter(app[ACCESS], caller, delivers=request.method != "HEAD")  # a HEAD delivers nothing
+    # A HEAD delivers nothing. A counted hit proves the access store answered, so an uncapped delivery needs no ping.
+    meter = Meter(app[ACCESS], caller, delivers=request.method != "HEAD", alive=limit is not None)
     request[METER] = meter
     if limit is None:
         hit = None  # this route counts no requests, so its responses state no request limit (never "r=0")
@@ -100,5 +102,9 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     except (ConnectionError, asyncio.CancelledError):
         await asyncio.shield(meter.settle(False))
         raise
-    await meter.settle(True)
+    # Delivered means the whole body was handed to a live transport. A client that hung up mid-body can leave the
+    # writes above returning quietly (a lost connection wakes a paused writer without an error, and a closing
+    # transport drops what it is given): it gets a refund, not a charge.
+    transport = request.transport
+    await meter.settle(transport is not None and not transport.is_closing())
     return response

@@ -1,14 +1,17 @@
 """IIIF handlers: Image API 3.0 (base redirect, info.json, image requests) and Presentation 3 manifests/collections.
 
 Image requests follow ``/image``'s rules: marked by default, ``?clean=1`` only for full-tier keys (403 otherwise),
-304s count nothing, and delivered pixels are charged to the image pool by area (see docs/iiif.md).
+304s count nothing, and every delivered output is charged to the image pool at its exact price by area (see
+docs/iiif.md): reserved before rendering, committed by the access middleware once the bytes went out. Every Image API
+response (info.json, redirects, errors and 304s included) states the image pool in its RateLimit fields.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import functools
 import hashlib
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -16,10 +19,10 @@ from aiohttp import web
 
 from imagesvc.imaging.embed import splice_xmp
 from imagesvc.imaging.iiif import FORMATS, parse_request
-from imagesvc.tools.iiif import charge_units, derivative_etag, info_document, produce, resolve_source
+from imagesvc.tools.iiif import derivative_etag, info_document, price_milli, produce, resolve_source
 from imagesvc.tools.iiif_presentation import collection_document, collections_index, manifest_document
 from imagesvc.web.images import not_modified
-from imagesvc.web.keys import IIIF, SERVICES
+from imagesvc.web.keys import IIIF, METER, SERVICES
 from imagesvc.web.params import accepts
 from imagesvc.web.responses import BytesResponse
 from imagesvc.web.rest import tool_call
@@ -44,6 +47,25 @@ def _json_ld(request: web.Request, body: dict[str, object], context: str, header
     return web.Response(body=json.dumps(body, ensure_ascii=False).encode(), headers=headers)
 
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def stating_images(handler: Handler) -> Handler:
+    """Make ``handler``'s responses, errors included, carry the caller's image pool in RateLimit (read, not spent)."""
+
+    @functools.wraps(handler)
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        meter = request[METER]
+        try:
+            return await handler(request)
+        finally:
+            if "images" not in meter.states and meter.caller.allowance.budget("images") is not None:
+                await meter.state("images")  # uncapped pools state no quota
+
+    return wrapped
+
+
+@stating_images
 async def base_redirect(request: web.Request) -> web.Response:
     """``GET /iiif/3/{id}``: 303 to its info.json (a 404 first when the id is unknown)."""
     identifier = request.match_info["identifier"]
@@ -59,6 +81,7 @@ CLEAN = {
 }
 
 
+@stating_images
 @accepts(CLEAN)
 async def info(request: web.Request, arguments: dict[str, Any]) -> web.Response:
     """IIIF Image API 3.0 image information: sizes, tiles, limits, features."""
@@ -71,6 +94,7 @@ async def info(request: web.Request, arguments: dict[str, Any]) -> web.Response:
     return _json_ld(request, body, IMAGE_CONTEXT, {"Cache-Control": cache, "Link": PROFILE_LINK})
 
 
+@stating_images
 @accepts(CLEAN)
 async def image(request: web.Request, arguments: dict[str, Any]) -> web.StreamResponse:
     """A region of a page or illustration, scaled, rotated, in a quality and format (IIIF Image API 3.0)."""
@@ -95,10 +119,8 @@ async def image(request: web.Request, arguments: dict[str, Any]) -> web.StreamRe
     if not_modified(request, etag):
         return web.Response(status=304, headers=headers)  # a 304 delivers nothing and counts nothing
     width, height = plan.output_size
-    salt = f"{call.caller.subject}|{dt.datetime.now(dt.UTC).date()}|{source.identifier}|{plan.canonical}"
-    units = charge_units(width * height, services.settings.display_size, services.colophon_secret, salt)
-    if units:
-        await call.meter.reserve("images", units)
+    # Priced before any pixel work; on a HEAD the meter only checks (a 429 where GET gets one, nothing spent).
+    await call.meter.reserve_milli("images", price_milli(width, height, services.settings.display_size))
     body = await produce(services, runtime, source, plan, etag.split("-")[0])
     if xmp:
         body = splice_xmp(body, xmp)

@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from imagesvc.access import METER_DAYS, POOLS
+from imagesvc.access import METER_DAYS, MILLI, POOLS, public_state, whole_units
 from imagesvc.access.headers import next_steps
 from imagesvc.errors import Unauthorized
 from imagesvc.web.keys import ACCESS, CALLER, IDENTIFIER
@@ -23,13 +23,16 @@ async def rate_limit(request: web.Request, arguments: dict[str, Any]) -> web.Res
     access = request.app[ACCESS]
     pools = {}
     for pool in POOLS:
-        state = await access.usage(caller.subject, pool, allowance.budget(pool))
+        limit = allowance.budget(pool)
+        exact = await access.usage(caller.subject, pool, None if limit is None else limit * MILLI, need=MILLI)
+        state = public_state(exact)  # whole units: remaining rounded down, used = limit - remaining
         pools[pool] = {
             "limit": state.limit,
             "used": state.used,
             "remaining": state.remaining,
             "window_seconds": 86400,
             "reset_seconds": state.reset_seconds,
+            "used_exact": exact.used / MILLI,
         }
     return web.json_response(
         {
@@ -51,7 +54,9 @@ USAGE_PARAMS = {
 
 @accepts(USAGE_PARAMS)
 async def usage(request: web.Request, arguments: dict[str, Any]) -> web.Response:
-    """The key's meter: per UTC day and pool, requests and units delivered, the last ``days`` days (at most 90)."""
+    """The key's meter: per UTC day and pool, requests and units delivered, the last ``days`` days (at most 90).
+
+    ``units`` is whole units rounded up; ``units_exact`` the exact figure (thousandths kept)."""
     caller = request[CALLER]
     if caller.key_ref is None:
         raise Unauthorized(
@@ -59,5 +64,8 @@ async def usage(request: web.Request, arguments: dict[str, Any]) -> web.Response
             recovery=["Send your key as 'Authorization: Bearer <key>'."],
         )
     days = arguments["days"]
-    rows = await request.app[ACCESS].daily_usage(caller.subject, days)
+    rows = [
+        {**row, "units": whole_units(row["units"]), "units_exact": row["units"] / MILLI}
+        for row in await request.app[ACCESS].daily_usage(caller.subject, days)
+    ]
     return web.json_response({"key": caller.key_ref, "tier": caller.allowance.name, "days": days, "usage": rows})

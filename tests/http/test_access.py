@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import re
+import socket
+import struct
 import time
 from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
+from PIL import Image
 
+from imagesvc.access import MILLI
 from imagesvc.access.identity import sign_session
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.keys import create_key, revoke_key
@@ -33,7 +39,7 @@ def _auth(key: str) -> dict[str, str]:
 async def _consume(client: TestClient, subject: str, pool: str, units: int, limit: int | None) -> None:
     """Spend ``units`` of a subject's pool directly in the access backend (as earlier traffic would have)."""
     access = client.server.app[ACCESS]
-    reservation = await access.reserve(subject, pool, units, limit)
+    reservation = await access.reserve(subject, pool, units * MILLI, None if limit is None else limit * MILLI)
     assert await access.commit(reservation)
 
 
@@ -94,7 +100,11 @@ async def test_iiif_responses_state_no_request_limit(client: TestClient) -> None
         assert resp.status == 200
         # IIIF is charged to the image budget by area and counts no requests: never a misleading "requests";r=0
         assert '"requests"' not in resp.headers.get("RateLimit", "") + resp.headers.get("RateLimit-Policy", "")
-    assert (await client.get("/api/books")).headers["RateLimit"].endswith('"requests";r=58;t=3600')
+        assert resp.headers["RateLimit-Policy"] == '"images";q=500;w=86400'  # info.json states the pool too
+        assert resp.headers["RateLimit"].startswith('"images";r=')
+    books = await client.get("/api/books")
+    # t: until the first counted request ages out (3600 s, less the seconds this test has taken so far)
+    assert re.fullmatch(r'.*"requests";r=58;t=3[56]\d\d', books.headers["RateLimit"]), books.headers["RateLimit"]
 
 
 async def test_a_304_and_an_error_cost_nothing(client: TestClient) -> None:
@@ -121,6 +131,7 @@ async def test_rate_limit_endpoint_counts_nothing(client: TestClient) -> None:
         "remaining": 500,
         "window_seconds": 86400,
         "reset_seconds": 0,
+        "used_exact": 0,
     }
 
 
@@ -242,3 +253,42 @@ async def test_forwarded_for_is_ignored_from_untrusted_peers(client: TestClient)
         (await client.get("/api/books", headers={"X-Forwarded-For": f"198.51.100.{i}"})).status for i in range(61)
     ]
     assert statuses[-1] == 429
+
+
+async def test_a_download_cut_off_mid_body_is_refunded(client: TestClient) -> None:
+    """Delivered means the whole body was handed to the transport: a client that reads the headers and a little of
+    a large image, then hangs up, is charged nothing; one that reads it all is charged its price.
+
+    The body must be larger than the kernel's socket buffers (up to 4 MiB here) or it is all handed over at once,
+    before the client can hang up: a full-size PNG of the 4200 px page is tens of megabytes."""
+    book = await (await client.get("/api/books/demo-traite-des-mines")).json()
+    path = f"/iiif/3/{book['id']}-2/full/max/0/default.png"
+    request = f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
+
+    def cut_off(reset: bool) -> bytes:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a slow reader: the server's buffer fills
+            sock.connect((client.host, client.port))
+            sock.sendall(request)
+            sock.settimeout(60)
+            head = sock.recv(4096)
+            time.sleep(0.5)  # the server is now waiting for this client to read
+            if reset:  # hang up with a reset; otherwise an orderly close
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return head
+
+    for reset in (True, False):
+        head = await asyncio.to_thread(cut_off, reset)
+        assert head.startswith(b"HTTP/1.1 200") and b"image/png" in head
+        for _ in range(50):  # the server notices on its next write
+            pool = (await (await client.get("/api/rate_limit")).json())["pools"]["images"]
+            if pool["used_exact"] == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert pool["used_exact"] == 0, reset
+    whole = await client.get(path)
+    assert whole.status == 200 and len(await whole.read()) == int(whole.headers["Content-Length"]) > 6_000_000
+    w, h = book_size = Image.open(io.BytesIO(await (await client.get(path)).read())).size
+    assert book_size and w * h > 4_000_000
+    pool = (await (await client.get("/api/rate_limit")).json())["pools"]["images"]
+    assert pool["used_exact"] == 2 * -(-w * h * 1000 // 4_000_000) / 1000  # both whole downloads, exactly

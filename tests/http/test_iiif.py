@@ -3,18 +3,24 @@ the derivative cache and its 304s."""
 
 from __future__ import annotations
 
+import asyncio
 import io
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient
 from PIL import Image
 
+from imagesvc.access import MILLI
+from imagesvc.access.identity import sign_session
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.keys import create_key
 from imagesvc.storage.local import LocalStore
 from imagesvc.tools.iiif_cache import CACHE_PREFIX
+from imagesvc.web.keys import ACCESS
 
 SLUG = "demo-speculum-fornacum"
 
@@ -102,11 +108,14 @@ async def test_regions_sizes_rotations_qualities_and_formats(client: TestClient)
     page = await _page_id(client)
     info = await (await client.get(f"/iiif/3/{page}/info.json")).json()
     w, h = info["width"], info["height"]
+    assert h > w  # the demo pages are portrait
+    # pct:50,50,50,50 is the lower right quarter; !64,64 fits it into a 64 px box, so its height is 64
+    qw, qh = min(round(w / 2), w - round(w / 2)), min(round(h / 2), h - round(h / 2))
     cases = {
         "full/max/0/default.jpg": ((w, h), "JPEG", "RGB"),
         "square/100,/0/default.png": ((100, 100), "PNG", "RGB"),
-        "10,20,300,200/150,/90/gray.webp": ((100, 150), "WEBP", "L"),
-        "pct:50,50,50,50/!64,64/!180/bitonal.png": ((64, round(64 * h / w)) if w > h else None, "PNG", "1"),
+        "10,20,300,200/150,/90/gray.webp": ((100, 150), "WEBP", "RGB"),  # WebP stores no gray mode: see below
+        "pct:50,50,50,50/!64,64/!180/bitonal.png": ((int(qw * 64 / qh + 1e-9), 64), "PNG", "1"),
         "0,0,100,100/^200,200/270/color.jpg": ((200, 200), "JPEG", "RGB"),
         "full/pct:10/0/default.jpg": ((round(w / 10), round(h / 10)), "JPEG", "RGB"),
     }
@@ -114,10 +123,13 @@ async def test_regions_sizes_rotations_qualities_and_formats(client: TestClient)
         resp = await client.get(f"/iiif/3/{page}/{path}")
         assert resp.status == 200, (path, await resp.text())
         img = Image.open(io.BytesIO(await resp.read()))
-        assert img.format == fmt, path
-        assert img.mode == mode or (fmt == "WEBP" and mode == "L"), path
-        if size is not None:
-            assert img.size == size, path
+        assert (img.format, img.mode, img.size) == (fmt, mode, size), path
+        if "gray" in path:  # gray quality in a format without a gray mode: every pixel has R = G = B
+            rgb = np.asarray(img, dtype=np.int16)
+            assert np.abs(rgb[..., 0] - rgb[..., 1]).max() <= 2 and np.abs(rgb[..., 1] - rgb[..., 2]).max() <= 2
+            color = await client.get(f"/iiif/3/{page}/{path.replace('gray.webp', 'default.png')}")
+            luma = np.asarray(Image.open(io.BytesIO(await color.read())).convert("L"), dtype=np.float64)
+            assert _psnr(rgb[..., 1].astype(np.float64), luma) > 30  # the same picture, in gray
 
 
 async def test_mirroring_flips_the_picture(client: TestClient) -> None:
@@ -129,7 +141,8 @@ async def test_mirroring_flips_the_picture(client: TestClient) -> None:
 
 async def test_illustrations_have_iiif_services(client: TestClient) -> None:
     items = (await (await client.get(f"/api/books/{SLUG}/images")).json())["items"]
-    ident = items[0]["id"] if "id" in items[0] else f"{items[0]['pageId']}:{items[0]['detectionIndex']}"
+    ident = items[0]["id"]
+    assert ident == f"{items[0]['pageId']}:{items[0]['detectionIndex']}"  # the IIIF id is the illustration id
     resp = await client.get(f"/iiif/3/{ident}/full/!200,200/0/default.jpg")
     assert resp.status == 200
     assert max(Image.open(io.BytesIO(await resp.read())).size) == 200
@@ -199,31 +212,38 @@ async def test_full_tier_keys_get_clean_iiif_privately(client: TestClient, data_
 
 
 async def test_budget_is_charged_by_delivered_area_and_304_is_free(client: TestClient) -> None:
+    """Each output costs its area's exact share of a 2000 x 2000 display image, in thousandths (docs/iiif.md)."""
     page = await _page_id(client)
 
-    async def used() -> int:
-        return (await (await client.get("/api/rate_limit")).json())["pools"]["images"]["used"]
+    async def used() -> tuple[int, float]:
+        pool = (await (await client.get("/api/rate_limit")).json())["pools"]["images"]
+        return pool["used"], pool["used_exact"]
 
-    info = await (await client.get(f"/iiif/3/{page}/info.json")).json()
-    assert await used() == 0  # info.json delivers no pixels
+    info = await client.get(f"/iiif/3/{page}/info.json")
+    assert info.status == 200 and info.headers["RateLimit"] == '"images";r=500'
+    assert await used() == (0, 0)  # info.json delivers no pixels
+    width, height = (await info.json())["width"], (await info.json())["height"]
     big = await client.get(f"/iiif/3/{page}/full/^!4000,4000/0/default.jpg")
     assert big.status == 200
     w, h = Image.open(io.BytesIO(await big.read())).size
     assert max(w, h) == 4000
-    assert (w * h) // (2000 * 2000) <= await used() <= (w * h) // (2000 * 2000) + 1
-    before = await used()
+    spent = -(-w * h * 1000 // 4_000_000)  # thousandths, rounded up
+    assert await used() == (-(-spent // 1000), spent / 1000)
+    assert big.headers["RateLimit"] == f'"images";r={(500_000 - spent) // 1000}'
     tiles = 0
-    for x in range(0, min(info["width"] - 256, 2048), 256):
-        for y in range(0, min(info["height"] - 256, 1024), 256):
+    for x in range(0, min(width - 256, 2048), 256):
+        for y in range(0, min(height - 256, 1024), 256):
             resp = await client.get(f"/iiif/3/{page}/{x},{y},256,256/256,/0/default.jpg")
             assert resp.status == 200
             tiles += 1
-    assert tiles >= 16 and await used() - before < tiles // 2  # tiles cost a fraction of a unit each
+    spent += tiles * 17  # 256 x 256 = 16.384 thousandths, rounded up: no tile is free
+    assert tiles >= 16 and (await used())[1] == spent / 1000
     again = await client.get(
         f"/iiif/3/{page}/full/^!4000,4000/0/default.jpg", headers={"If-None-Match": big.headers["ETag"]}
     )
     assert again.status == 304
-    assert await used() - before < tiles // 2
+    assert again.headers["RateLimit"] == f'"images";r={(500_000 - spent) // 1000}'
+    assert (await used())[1] == spent / 1000  # the 304 cost nothing
 
 
 async def test_derivatives_are_cached_privately_and_bounded(make_client: object, data_dir: Path) -> None:
@@ -259,8 +279,128 @@ async def test_deep_zoom_is_not_held_to_the_request_limit_but_to_the_image_budge
         resp = await client.get(f"/iiif/3/{identifier}/{x},{y},1024,1024/max/0/default.jpg")
         statuses.append(resp.status)
     assert statuses == [200] * 80
-    quota = await (await client.get("/api/rate_limit")).json()
-    # Each tile is about a quarter of a 2000 x 2000 display image: charged a whole unit with that probability
-    # (docs/iiif.md), so about 21 units for 80 tiles, never 0 and never 80 in practice.
-    assert 5 < quota["pools"]["images"]["used"] < 45
+    pool = (await (await client.get("/api/rate_limit")).json())["pools"]["images"]
+    # Each 1024 x 1024 tile is 1,048,576 / 4,000,000 of a display image: 263 thousandths (rounded up), exactly.
+    assert pool["used_exact"] == 80 * 263 / 1000
+    assert (pool["used"], pool["remaining"]) == (22, 478)  # whole units: what is left, rounded down
     assert (await client.get("/api/books")).status == 200  # and the request limit was not spent by the tiles
+
+
+SMALL_OUTPUTS = [
+    "0,0,512,512/max/0/default.jpg",  # a deep-zoom tile
+    "512,512,512,512/256,/0/default.jpg",  # a tile of a zoomed-out level
+    "100,100,90,90/max/0/default.png",  # a crop
+    "full/!90,90/0/default.jpg",  # a small size
+    "full/!90,90/0/gray.webp",  # other qualities and formats
+    "square/64,/90/bitonal.png",
+]
+
+
+async def _spend(client: TestClient, subject: str, units: int, limit: int) -> None:
+    """Spend ``units`` (or all that is left, if less) of the subject's image pool, as earlier traffic would."""
+    access = client.server.app[ACCESS]
+    held = await access.reserve(subject, "images", units * MILLI, limit * MILLI, allow_partial=True)
+    assert await access.commit(held)
+
+
+@pytest.mark.parametrize("caller", ["anonymous", "free"])
+async def test_a_spent_pool_refuses_every_priced_output(client: TestClient, data_dir: Path, caller: str) -> None:
+    """Once the image pool is spent no IIIF output is delivered, however small, on GET or HEAD; info.json (no
+    pixels) still answers and says r=0. Nothing tells a caller in advance which requests are cheap."""
+    page = await _page_id(client)
+    headers: dict[str, str] = {}
+    subject, limit = "ip:127.0.0.1", 500
+    if caller == "free":
+        catalog = Catalog(data_dir / "catalog.sqlite3")
+        try:
+            key, record = create_key(catalog, "free", "spent")
+        finally:
+            catalog.close()
+        headers, subject, limit = {"Authorization": f"Bearer {key}"}, f"key:{record.id}", 2000
+    assert (await client.get(f"/iiif/3/{page}/{SMALL_OUTPUTS[0]}", headers=headers)).status == 200
+    await _spend(client, subject, limit - 1, limit)  # with the tile above, less than one whole unit is left
+    info = await client.get(f"/iiif/3/{page}/info.json", headers=headers)
+    assert info.status == 200 and info.headers["RateLimit"].startswith('"images";r=0;t=')
+    assert (await client.get(f"/iiif/3/{page}/{SMALL_OUTPUTS[1]}", headers=headers)).status == 200  # a fraction fits
+    await _spend(client, subject, 1, limit)  # the pool is now spent to the last thousandth
+    for path in SMALL_OUTPUTS:
+        for method in ("GET", "HEAD"):
+            resp = await client.request(method, f"/iiif/3/{page}/{path}", headers=headers)
+            assert resp.status == 429, (method, path)
+            assert resp.content_type == "application/json" and int(resp.headers["Retry-After"]) > 0
+            if method == "GET":
+                body = await resp.json()
+                assert (body["error"], body["pool"], body["used"], body["limit"]) == (
+                    "rate_limited",
+                    "images",
+                    limit,
+                    limit,
+                )
+
+
+async def test_less_than_a_whole_unit_left_refuses_a_whole_image_but_not_a_tile(client: TestClient) -> None:
+    page = await _page_id(client)
+    access = client.server.app[ACCESS]
+    await access.commit(await access.reserve("ip:127.0.0.1", "images", 499_900, 500_000))  # 0.1 of a unit left
+    refused = await client.get("/api/image", params={"book": SLUG, "page": "2", "tier": "thumb"})
+    assert refused.status == 429 and refused.headers["RateLimit"].startswith('"images";r=0;t=')
+    assert (await client.get(f"/iiif/3/{page}/0,0,512,512/max/0/default.jpg")).status == 200  # 66 thousandths
+    assert (await client.get(f"/iiif/3/{page}/512,0,512,512/max/0/default.jpg")).status == 429  # 34 left
+
+
+async def test_iiif_deliveries_are_in_the_usage_meter(client: TestClient, data_dir: Path) -> None:
+    page = await _page_id(client)
+    key = _key(data_dir, "free")
+    auth = {"Authorization": f"Bearer {key}"}
+    for x in range(0, 1536, 512):  # three whole tiles inside the page
+        assert (await client.get(f"/iiif/3/{page}/{x},0,512,512/max/0/default.jpg", headers=auth)).status == 200
+    assert (await client.head(f"/iiif/3/{page}/0,512,512,512/max/0/default.jpg", headers=auth)).status == 200
+    assert (await client.get(f"/iiif/3/{page}/info.json", headers=auth)).status == 200
+    rows = (await (await client.get("/api/dataset/v1/usage?days=1", headers=auth)).json())["usage"]
+    # three tiles of 66 thousandths; the HEAD and info.json delivered no pixels
+    assert rows == [{"date": rows[0]["date"], "pool": "images", "requests": 3, "units": 1, "units_exact": 0.198}]
+
+
+async def test_uncapped_keys_are_metered_by_the_exact_price(client: TestClient, data_dir: Path) -> None:
+    page = await _page_id(client)
+    auth = {"Authorization": f"Bearer {_key(data_dir, 'full')}"}
+    for path in ("0,0,512,512/max/0/default.jpg", "full/!1000,1000/0/default.jpg?clean=1"):
+        assert (await client.get(f"/iiif/3/{page}/{path}", headers=auth)).status == 200
+    rows = (await (await client.get("/api/dataset/v1/usage?days=1", headers=auth)).json())["usage"]
+    info = await (await client.get(f"/iiif/3/{page}/info.json")).json()
+    w, h = (int(1000 * info["width"] / info["height"] + 1e-9), 1000)  # !1000,1000 of a portrait page
+    exact = 66 + -(-w * h * 1000 // 4_000_000)
+    assert [(r["requests"], r["units_exact"]) for r in rows] == [(2, exact / 1000)]
+
+
+async def test_the_validator_test_image_needs_a_full_key_for_clean(make_client: object, tmp_path: Path) -> None:
+    from tests.http.test_iiif_validator import squares_image
+
+    client = await make_client(  # type: ignore[operator]
+        iiif_test_id="validator-squares", iiif_test_image=str(squares_image(tmp_path / "squares.png"))
+    )
+    refused = await client.get("/iiif/3/validator-squares/full/max/0/default.png?clean=1")
+    assert refused.status == 403 and (await refused.json())["error"] == "forbidden"
+    marked = await client.get("/iiif/3/validator-squares/full/max/0/default.png")
+    assert marked.status == 200 and marked.headers["RateLimit"] == '"images";r=499'  # 1000 x 1000: 0.25 of a unit
+
+
+async def test_two_nodes_share_one_exact_pool(make_client: Any, redis_server: str) -> None:
+    """Two instances on one Redis, one unit (1,000 thousandths) left, 40 concurrent 512 px tiles at 66 thousandths:
+    exactly 15 are delivered (990), every other one is refused, and a 16th never slips through on either node."""
+    nodes = [await make_client(access_backend="redis", redis_url=redis_server) for _ in range(2)]
+    user = f"tiles-{time.time_ns()}"  # the Redis server lives for the session: a fresh subject
+    auth = {"Authorization": f"Bearer {sign_session(user, int(time.time()) + 3600, 'test-secret')}"}
+    access = nodes[0].server.app[ACCESS]
+    assert await access.commit(await access.reserve(f"user:{user}", "images", 999 * MILLI, 1000 * MILLI))
+    page = await _page_id(nodes[0])
+
+    async def tile(i: int) -> int:
+        async with nodes[i % 2].get(f"/iiif/3/{page}/0,0,512,512/max/0/default.jpg", headers=auth) as resp:
+            await resp.read()
+            return resp.status
+
+    statuses = await asyncio.gather(*(tile(i) for i in range(40)))
+    assert (statuses.count(200), statuses.count(429)) == (15, 25)
+    pool = (await (await nodes[1].get("/api/rate_limit", headers=auth)).json())["pools"]["images"]
+    assert (pool["used_exact"], pool["remaining"]) == (999.99, 0)

@@ -16,6 +16,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from imagesvc import tools
+from imagesvc.access import MILLI
 from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.keys import create_key
@@ -202,7 +203,7 @@ async def test_bad_arguments_are_tool_errors_the_model_can_act_on(server: TestSe
 async def test_exhausted_budget_is_an_error_result_with_retry_after(server: TestServer, data_dir: Path) -> None:
     key, subject = free_key(data_dir)
     access = server.app[ACCESS]
-    assert await access.commit(await access.reserve(subject, "text", 2000, 2000))
+    assert await access.commit(await access.reserve(subject, "text", 2000 * MILLI, 2000 * MILLI))
     async with mcp_session(server, key) as session:
         result = await session.call_tool("get_quote", {"book_id": BOOK, "page": 2})
     assert result.is_error is True

@@ -18,6 +18,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from imagesvc.access import MILLI
 from imagesvc.access.identity import sign_session
 from imagesvc.access.policy import caller_class
 from imagesvc.catalog import Catalog
@@ -68,7 +69,7 @@ async def test_budget_and_request_limit_rejections_are_counted(make_client: Make
     limit = caller_class("signed_in").budget("images")
     assert limit is not None
     access = client.server.app[ACCESS]
-    assert await access.commit(await access.reserve(f"user:{user}", "images", limit, limit))
+    assert await access.commit(await access.reserve(f"user:{user}", "images", limit * MILLI, limit * MILLI))
     resp = await client.get("/api/image", params=THUMB, headers=headers)
     assert resp.status == 429
     statuses = [(await client.get("/api/books")).status for _ in range(61)]

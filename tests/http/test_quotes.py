@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient
 
 from colophon import decode, detect
 from imagesvc import tools
+from imagesvc.access import MILLI
 from imagesvc.access.identity import Caller
 from imagesvc.access.meter import Meter
 from imagesvc.catalog import Catalog
@@ -47,7 +48,7 @@ def _texts(quote: dict[str, Any]) -> list[str]:
 async def _spend(client: TestClient, subject: str, pool: str, units: int, limit: int) -> None:
     """Use up ``units`` of a pool in the access backend, as earlier traffic would have."""
     access = client.server.app[ACCESS]
-    reservation = await access.reserve(subject, pool, units, limit)
+    reservation = await access.reserve(subject, pool, units * MILLI, limit * MILLI)  # stored in thousandths
     assert await access.commit(reservation)
 
 

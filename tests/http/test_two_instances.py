@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from imagesvc.access import MILLI
 from imagesvc.access.identity import sign_session
 from imagesvc.web.keys import ACCESS
 from tests.http.conftest import MakeClient
@@ -20,7 +21,7 @@ async def test_budget_is_exact_across_two_instances(make_client: MakeClient, red
     token = sign_session(user, int(time.time()) + 3600, "test-secret")
     headers = {"Authorization": f"Bearer {token}"}
     access = first.server.app[ACCESS]
-    reservation = await access.reserve(f"user:{user}", "images", 500, 1000)
+    reservation = await access.reserve(f"user:{user}", "images", 500 * MILLI, 1000 * MILLI)
     assert await access.commit(reservation)
 
     async def one(i: int) -> int:

@@ -11,7 +11,7 @@ from PIL import Image
 from imagesvc.errors import InvalidRequest
 from imagesvc.imaging import TierSpec
 from imagesvc.imaging.iiif import Limits, Plan, parse_request, render
-from imagesvc.tools.iiif import charge_units
+from imagesvc.tools.iiif import price_milli
 
 LIMITS = Limits(max_width=5000, max_height=5000, max_area=10_000_000)
 
@@ -60,6 +60,14 @@ def test_rotation_mirror_and_canonical_form() -> None:
         ("full", "1001,", "0", "default.jpg"),  # larger than the region without ^
         ("full", "^6000,", "0", "default.jpg"),  # beyond maxWidth even with ^
         ("full", "0,0", "0", "default.jpg"),
+        ("full", "!0,0", "0", "default.jpg"),  # zero sizes are 400s, never a 1x1 image
+        ("full", "!0,100", "0", "default.jpg"),
+        ("full", "!100,0", "0", "default.jpg"),
+        ("full", "^!0,0", "0", "default.jpg"),
+        ("full", "0,", "0", "default.jpg"),
+        ("full", ",0", "0", "default.jpg"),
+        ("full", "pct:0", "0", "default.jpg"),
+        ("full", "pct:0.01", "0", "default.jpg"),  # rounds to no pixels
         ("full", "!100,", "0", "default.jpg"),
         ("1000,0,10,10", "max", "0", "default.jpg"),  # starts outside the image
         ("0,0,0,10", "max", "0", "default.jpg"),
@@ -90,12 +98,13 @@ def test_render_from_a_half_size_tier_matches_rendering_from_full() -> None:
     assert np.mean(np.abs(a - b)) < 4
 
 
-def test_charge_is_whole_display_areas_plus_a_fair_fraction() -> None:
-    secret = b"s" * 32
-    assert charge_units(2000 * 2000, 2000, secret, "a") == 1
-    assert charge_units(2 * 2000 * 2000, 2000, secret, "a") == 2
-    tile = 512 * 512
-    total = sum(charge_units(tile, 2000, secret, f"caller|day|page|tile{i}") for i in range(20_000))
-    expected = 20_000 * tile / (2000 * 2000)
-    assert abs(total - expected) < expected * 0.1
-    assert charge_units(tile, 2000, secret, "x") == charge_units(tile, 2000, secret, "x")  # repeatable
+def test_price_is_the_exact_share_of_a_display_area_in_thousandths() -> None:
+    assert price_milli(2000, 2000, 2000) == 1000  # one display-size image is one unit
+    assert price_milli(4000, 2000, 2000) == 2000
+    assert price_milli(6000, 8000, 2000) == 12_000
+    assert price_milli(512, 512, 2000) == 66  # 65.536 thousandths, rounded up
+    assert price_milli(2000, 1999, 2000) == 1000  # 999.5, rounded up
+    assert price_milli(90, 90, 2000) == 3  # 2.025
+    assert price_milli(1, 1, 2000) == 1  # never free
+    tiles = 24 * 32  # the 512 px tiles of a 12,000 x 16,000 page at full resolution
+    assert tiles * price_milli(512, 512, 2000) >= 12_000 * 16_000 * 1000 // (2000 * 2000)  # tiling never pays less
