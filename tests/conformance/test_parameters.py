@@ -20,7 +20,7 @@ async def _samples(doors: Doors) -> dict[str, str]:
     """A real value for every path parameter of the route table, taken from the demo library through the API."""
     book = (await doors.rest(f"/api/books/{BOOK}")).body
     illustration = (await doors.rest(f"/api/books/{BOOK}/images", {"limit": "1"})).body["items"][0]["id"]
-    slug = (await doors.rest("/api/gallery/collections")).body["collections"][0]["slug"]
+    slug = (await doors.rest("/api/gallery/collections")).body["items"][0]["slug"]
     return {
         "book_id": BOOK,
         "slug": slug,
@@ -102,7 +102,7 @@ async def test_rest_ignores_no_filter(doors: Doors) -> None:
     hex_id = (await doors.rest(f"/api/books/{BOOK}")).body["id"]
     whole = (await doors.rest("/api/gallery", {"maxPerBook": "1000", "limit": "50"})).body
     narrowed = (await doors.rest("/api/gallery", {"book_id": BOOK, "maxPerBook": "1000", "limit": "50"})).body
-    assert {i["bookId"] for i in narrowed["items"]} == {hex_id} != {i["bookId"] for i in whole["items"]}
+    assert {i["book_id"] for i in narrowed["items"]} == {hex_id} != {i["book_id"] for i in whole["items"]}
 
 
 @pytest.mark.skipif(not LIBRARY_PRESENT, reason="route not present: GET /books/library is not in the route table yet")

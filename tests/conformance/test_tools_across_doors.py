@@ -149,7 +149,7 @@ async def test_search_images_with_the_spec_names(doors: Doors) -> None:
             await doors.rpc("search_images", {"book_id": BOOK, "maxPerBook": 1000}),
         ]
     )
-    assert filtered["items"] and {item["bookId"] for item in filtered["items"]} == {
+    assert filtered["items"] and {item["book_id"] for item in filtered["items"]} == {
         (await doors.rest(f"/api/books/{BOOK}")).body["id"]
     }
 
@@ -161,7 +161,7 @@ async def test_gallery_max_per_book_defaults_to_3(doors: Doors) -> None:
     assert default == explicit
     per_book: dict[str, int] = {}
     for item in default["items"]:
-        per_book[item["bookId"]] = per_book.get(item["bookId"], 0) + 1
+        per_book[item["book_id"]] = per_book.get(item["book_id"], 0) + 1
     assert max(per_book.values()) == 3
     everything = same([await doors.rest("/api/gallery", {"limit": "50", "maxPerBook": "1000"})])
     assert len(everything["items"]) > len(default["items"])

@@ -37,6 +37,7 @@ TEXT = "text-priced"  # delivers page text: charged to the text pool
 IMAGE = "image-priced"  # delivers pixels: charged to the image pool
 METADATA = "metadata"  # delivers neither page text nor pixels (catalog rows, URLs, documents, figures)
 MCP = "mcp"  # the MCP endpoint: a door per tool, classified in TOOLS
+PAGE_TEXT = "page-text-priced"  # a page for people that shows page text: priced like get_quote, refused as HTML
 
 SLUG = "demo-speculum-fornacum"
 
@@ -74,6 +75,14 @@ DOORS: dict[tuple[str, str], tuple[str, str]] = {
     ("GET", "/mcp"): (METADATA, "/mcp"),
     ("DELETE", "/mcp"): (METADATA, "/mcp"),
     ("GET", "/openapi.json"): (METADATA, "/openapi.json"),
+    ("GET", "/books/library"): (METADATA, "/books/library?language=Latin"),
+    ("GET", "/"): (METADATA, "/?q=sun"),
+    ("GET", "/illustration/{id}"): (METADATA, "/illustration/{ill}"),
+    ("GET", "/collections"): (METADATA, "/collections"),
+    ("GET", "/collections/{slug}"): (METADATA, "/collections/{collection}"),
+    ("GET", "/book/{slug}"): (PAGE_TEXT, "/book/{book}?page={page}"),
+    ("GET", "/static/{path:.+}"): (METADATA, "/static/pages.css"),
+    ("GET", "/viewer/{path:.+}"): (METADATA, "/viewer/openseadragon.min.js"),
 }
 
 # tool -> (class, sample arguments). MCP results may embed thumbnails: those are the public marked thumb tier, free
@@ -119,12 +128,12 @@ async def _samples(client: TestClient, headers: dict[str, str]) -> dict[str, str
     images = await (await client.get(f"/api/books/{SLUG}/images", headers=headers)).json()
     found = await (await client.get("/api/gallery/collections", headers=headers)).json()
     img = _find_img(book)
-    assert img and images["items"] and found["collections"], "the demo library has images and collections"
+    assert img and images["items"] and found["items"], "the demo library has images and collections"
     return {
         "book": book["id"],
         "page": "2",
         "ill": images["items"][0]["id"],
-        "collection": found["collections"][0]["slug"],
+        "collection": found["items"][0]["slug"],
         "img": img,
     }
 
@@ -180,6 +189,11 @@ async def test_with_the_pools_spent_no_door_delivers_anything_priced(client: Tes
             if method == "GET":
                 body = await resp.json()
                 assert (body["error"], body["pool"]) == ("rate_limited", "text" if kind == TEXT else "images"), where
+        elif kind == PAGE_TEXT:  # the page says so to a person; none of the page's text is in it
+            assert resp.status == 429 and resp.content_type == "text/html", where
+            assert int(resp.headers["Retry-After"]) > 0, where
+            if method == "GET":
+                assert 'class="body"' not in await resp.text(), where
         elif kind == FREE:
             assert resp.status == 200 and _delivers_pixels(resp), where  # the public marked tiers stay free
         else:
@@ -232,7 +246,10 @@ async def test_with_the_access_backend_down_no_door_delivers_anything_metered(
                 url += ("&" if "?" in url else "?") + "clean=1"  # clean outputs too
             resp = await client.request(method, url, headers=headers, allow_redirects=False)
             where = (who, method, url, kind, resp.status)
-            if kind in (TEXT, IMAGE):
+            if kind == PAGE_TEXT:
+                assert resp.status == 503 and int(resp.headers["Retry-After"]) > 0, where
+                assert 'class="body"' not in await resp.text(), where
+            elif kind in (TEXT, IMAGE):
                 if method == "HEAD":
                     assert resp.status == 503 and int(resp.headers["Retry-After"]) > 0, where
                 else:
