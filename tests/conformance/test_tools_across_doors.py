@@ -91,13 +91,13 @@ async def test_citation_formats_are_the_spec_s(doors: Doors) -> None:
     assert citation["inline"] == f"({author} {year}, p. 5)"
     assert citation["footnote"] == f"{author}, {title}, trans. {translator} ({year}), p. 5. DOI: {doi}"
     assert citation["bibliography"] == f"{author}. {title}. Translated by {translator}. {year}. DOI: {doi}"
-    assert citation["url"].endswith(f"/book/{BOOK}?page=5")
+    assert citation["citation_url"].endswith(f"/book/{BOOK}?page=5")
 
 
 async def test_get_quotes_takes_up_to_25_pages_and_refuses_26(doors: Doors) -> None:
     """get_quotes: ``book_id`` with ``pages[]`` or ``from``/``to``, at most 25 pages per call (spec §8)."""
     ranged = same(await doors.every_mcp_door("get_quotes", {"book_id": BOOK, "from": 1, "to": 25}))
-    assert [q["citation"]["url"].rsplit("=", 1)[1] for q in ranged["quotes"]] == [str(n) for n in range(1, 9)]
+    assert [q["citation"]["citation_url"].rsplit("=", 1)[1] for q in ranged["quotes"]] == [str(n) for n in range(1, 9)]
     listed = same(await doors.every_mcp_door("get_quotes", {"book_id": BOOK, "pages": [2, 4]}, cli=True))
     assert len(listed["quotes"]) == 2
     assert same_error(await doors.every_mcp_door("get_quotes", {"book_id": BOOK, "from": 1, "to": 26}))[0] == (
@@ -204,7 +204,7 @@ async def test_image_tools(doors: Doors) -> None:
 
 async def test_collections_and_vectors(doors: Doors) -> None:
     listed = same([await doors.rest("/api/gallery/collections"), *await doors.every_mcp_door("list_collections", {})])
-    slug = listed["collections"][0]["slug"]
+    slug = listed["items"][0]["slug"]
     one = same(
         [
             await doors.rest(f"/api/gallery/collections/{slug}"),
