@@ -3,23 +3,34 @@
 Requests go through the same access middleware as REST (identity, request limit, budgets). Protocol faults are
 JSON-RPC errors (-32700, -32600, -32601, -32602); tool failures, an exhausted budget included, are tool results with
 ``isError: true``, because MCP clients turn HTTP errors into opaque failures.
+
+A batch is bounded three ways: at most ``MAX_BATCH`` messages; each ``tools/call`` in it counts as one request against
+the caller's request limit (the POST itself paid for the first); and its answers stop at ``MAX_RESPONSE_BYTES``, past
+which calls are answered with an error result asking for another POST. Bodies nested deeper than ``MAX_DEPTH``, ids
+other than a string, an integer or null, and the non-JSON constants NaN and Infinity are refused; every answer is
+strict JSON.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from imagesvc import __version__, tools
-from imagesvc.errors import MethodNotAllowed
-from imagesvc.web.mcp_tools import list_tools, run_tool
+from imagesvc.errors import InvalidRequest, MethodNotAllowed
+from imagesvc.web.mcp_tools import MAX_RESPONSE_BYTES, Post, encode, list_tools, run_tool
 
 __all__ = [
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "MAX_BATCH",
+    "MAX_DEPTH",
+    "MAX_RESPONSE_BYTES",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
     "PROTOCOL_VERSIONS",
@@ -34,6 +45,9 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
+MAX_BATCH = 50  # messages in one batch
+MAX_DEPTH = 32  # nesting of one message: arrays and objects within each other
+log = logging.getLogger("imagesvc.mcp")
 INSTRUCTIONS = (
     "Tools of a digital library of rare pre-modern books: book metadata with page images, page text and quotes with "
     "citations. Failed calls return isError with {error, message, recovery, retry_after?}. "
@@ -74,7 +88,7 @@ async def _tools_list(request: web.Request, params: dict[str, Any]) -> dict[str,
     return {"tools": list_tools()}  # one page: the cursor, if any, is ignored
 
 
-async def _tools_call(request: web.Request, params: dict[str, Any]) -> dict[str, Any]:
+async def _tools_call(request: web.Request, params: dict[str, Any], post: Post) -> dict[str, Any]:
     name = params.get("name")
     known = sorted(tools.load_all())
     if not isinstance(name, str) or name not in known:
@@ -84,29 +98,44 @@ async def _tools_call(request: web.Request, params: dict[str, Any]) -> dict[str,
         arguments = {}
     if not isinstance(arguments, dict):
         raise RpcError(INVALID_PARAMS, "params.arguments must be an object of the tool's arguments.")
-    return await run_tool(request, name, arguments)
+    return await run_tool(request, name, arguments, post)
 
 
-METHODS: dict[str, Callable[[web.Request, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
-    "initialize": _initialize,
-    "ping": _ping,
-    "tools/list": _tools_list,
-    "tools/call": _tools_call,
-}
+Method = Callable[[web.Request, dict[str, Any]], Awaitable[dict[str, Any]]]
+METHODS: dict[str, Method] = {"initialize": _initialize, "ping": _ping, "tools/list": _tools_list}
 
 
 def _valid_id(value: Any) -> bool:
-    return isinstance(value, str | int | float) and not isinstance(value, bool)
+    """JSON-RPC ids are strings, integers or null; fractions, booleans and the rest are refused."""
+    return value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-async def _answer(request: web.Request, message: Any) -> dict[str, Any] | None:
+def _unfit(message: dict[str, Any]) -> str | None:
+    """Why a message cannot be taken, or None: nesting deeper than ``MAX_DEPTH``, or a number too large for a double
+    (which JSON allows, and which would come back as the non-JSON ``Infinity``). Walked without recursion."""
+    stack: list[tuple[Any, int]] = [(message, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return "A number in the message is too large; numbers must fit a double."
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        if children and depth >= MAX_DEPTH:
+            return f"The message nests more than {MAX_DEPTH} levels deep."
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list | float))
+    return None
+
+
+async def _answer(request: web.Request, message: Any, post: Post) -> dict[str, Any] | None:
     """The reply to one JSON-RPC message, or None for notifications and client responses (nothing to say)."""
     if not isinstance(message, dict):
         return RpcError(INVALID_REQUEST, "A JSON-RPC message must be an object.").reply(None)
     has_id = "id" in message
     msg_id = message.get("id")
     if has_id and not _valid_id(msg_id):
-        return RpcError(INVALID_REQUEST, "id must be a string or a number.").reply(None)
+        return RpcError(INVALID_REQUEST, "id must be a string, an integer or null.").reply(None)
+    problem = _unfit(message)
+    if problem is not None:
+        return RpcError(INVALID_REQUEST, problem).reply(msg_id)
     if message.get("jsonrpc") != "2.0":
         return RpcError(INVALID_REQUEST, 'jsonrpc must be "2.0".').reply(msg_id)
     if "method" not in message and has_id and ("result" in message or "error" in message):
@@ -121,19 +150,43 @@ async def _answer(request: web.Request, message: Any) -> dict[str, Any] | None:
         params = {}
     handler = METHODS.get(method)
     try:
-        if handler is None:
-            raise RpcError(METHOD_NOT_FOUND, f"Unknown method {method!r}; this server offers {', '.join(METHODS)}.")
+        if handler is None and method != "tools/call":
+            offered = ", ".join([*METHODS, "tools/call"])
+            raise RpcError(METHOD_NOT_FOUND, f"Unknown method {method!r}; this server offers {offered}.")
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "params must be an object.")
-        result = await handler(request, params)
+        result = await (_tools_call(request, params, post) if handler is None else handler(request, params))
     except RpcError as exc:
         return exc.reply(msg_id)
     return {"jsonrpc": "2.0", "id": msg_id, "result": result}
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse(raw: bytes) -> Any:
+    """The body as strict JSON (no NaN, no Infinity); ``RpcError`` -32700 otherwise."""
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except RecursionError:
+        raise RpcError(PARSE_ERROR, f"The request body nests too deeply; at most {MAX_DEPTH} levels.") from None
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
+        raise RpcError(PARSE_ERROR, f"The request body is not valid JSON: {str(exc)[:200]}") from None
+
+
+def _encode_reply(reply: dict[str, Any]) -> str:
+    """One reply as strict JSON; a result that cannot be (a NaN from a tool) becomes an internal error reply."""
+    try:
+        return encode(reply)
+    except (ValueError, TypeError, RecursionError):
+        log.exception("a reply to %r is not JSON", reply.get("id"))
+        error = RpcError(-32603, "The service built a reply that is not JSON; report it with the X-Request-Id.")
+        return encode(error.reply(reply.get("id")))
+
+
 def _reply(body: Any, status: int = 200) -> web.Response:
-    text = json.dumps(body, ensure_ascii=False)
-    return web.Response(text=text, status=status, content_type="application/json")
+    return web.Response(text=encode(body), status=status, content_type="application/json")
 
 
 async def mcp_post(request: web.Request) -> web.Response:
@@ -144,17 +197,33 @@ async def mcp_post(request: web.Request) -> web.Response:
         err = RpcError(INVALID_REQUEST, f"Unsupported Mcp-Protocol-Version {version!r}; supported: {supported}.")
         return _reply(err.reply(None), status=400)
     try:
-        body = json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError):
-        return _reply(RpcError(PARSE_ERROR, "The request body is not valid JSON.").reply(None), status=400)
-    if isinstance(body, list):
-        if not body:
-            return _reply(RpcError(INVALID_REQUEST, "An empty batch is not a request.").reply(None), status=400)
-        # in order, one after another: later calls in a batch see the budget the earlier ones spent
-        replies = [reply for message in body if (reply := await _answer(request, message)) is not None]
-        return _reply(replies) if replies else web.Response(status=202)
-    reply = await _answer(request, body)
-    return web.Response(status=202) if reply is None else _reply(reply)
+        body = _parse(await request.read())
+    except RpcError as exc:
+        return _reply(exc.reply(None), status=400)
+    post = Post(request)
+    if not isinstance(body, list):
+        reply = await _answer(request, body, post)
+        return web.Response(status=202) if reply is None else _json(_encode_reply(reply))
+    if not body:
+        return _reply(RpcError(INVALID_REQUEST, "An empty batch is not a request.").reply(None), status=400)
+    if len(body) > MAX_BATCH:
+        error = InvalidRequest(
+            f"A batch holds at most {MAX_BATCH} messages; this one has {len(body)}.",
+            recovery=[f"Split the batch into POSTs of at most {MAX_BATCH} messages each."],
+        )
+        return _reply(RpcError(INVALID_REQUEST, error.message, error.to_dict()).reply(None), status=400)
+    # in order, one after another: later calls in a batch see the budget the earlier ones spent
+    parts: list[str] = []
+    for message in body:
+        reply = await _answer(request, message, post)
+        if reply is not None:
+            parts.append(_encode_reply(reply))
+            post.sent += len(parts[-1])
+    return _json("[" + ",".join(parts) + "]") if parts else web.Response(status=202)
+
+
+def _json(text: str) -> web.Response:
+    return web.Response(text=text, content_type="application/json")
 
 
 async def mcp_get(request: web.Request) -> web.Response:
