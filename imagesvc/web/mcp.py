@@ -4,7 +4,8 @@ Requests go through the same access middleware as REST (identity, request limit,
 JSON-RPC errors (-32700, -32600, -32601, -32602); tool failures, an exhausted budget included, are tool results with
 ``isError: true``, because MCP clients turn HTTP errors into opaque failures.
 
-A batch is bounded three ways: at most ``MAX_BATCH`` messages; each ``tools/call`` in it counts as one request against
+A POST carries at most ``MAX_BODY_BYTES`` (refused unread, -32600 with a 413). A batch is bounded three ways: at
+most ``MAX_BATCH`` messages; each ``tools/call`` in it counts as one request against
 the caller's request limit (the POST itself paid for the first); and its answers stop at ``MAX_RESPONSE_BYTES``, past
 which calls are answered with an error result asking for another POST. Bodies nested deeper than ``MAX_DEPTH``, ids
 other than a string, an integer or null, and the non-JSON constants NaN and Infinity are refused; every answer is
@@ -13,6 +14,7 @@ strict JSON.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -22,13 +24,14 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc import __version__, tools
-from imagesvc.errors import InvalidRequest, MethodNotAllowed
+from imagesvc.errors import InvalidRequest, MethodNotAllowed, PayloadTooLarge
 from imagesvc.web.mcp_tools import MAX_RESPONSE_BYTES, Post, encode, list_tools, run_tool
 
 __all__ = [
     "INVALID_PARAMS",
     "INVALID_REQUEST",
     "MAX_BATCH",
+    "MAX_BODY_BYTES",
     "MAX_DEPTH",
     "MAX_RESPONSE_BYTES",
     "METHOD_NOT_FOUND",
@@ -47,6 +50,7 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 MAX_BATCH = 50  # messages in one batch
 MAX_DEPTH = 32  # nesting of one message: arrays and objects within each other
+MAX_BODY_BYTES = 256 * 1024  # a full batch of tool calls is a few KiB; anything near this is refused unread
 log = logging.getLogger("imagesvc.mcp")
 INSTRUCTIONS = (
     "Tools of a digital library of rare pre-modern books: book metadata with page images, page text and quotes with "
@@ -175,6 +179,26 @@ def _parse(raw: bytes) -> Any:
         raise RpcError(PARSE_ERROR, f"The request body is not valid JSON: {str(exc)[:200]}") from None
 
 
+async def _read(request: web.Request) -> bytes:
+    """The body, read only while it stays under ``MAX_BODY_BYTES``: a larger one is refused before it is parsed."""
+    declared = request.content_length
+    chunks: list[bytes] = []
+    size = 0
+    if declared is None or declared <= MAX_BODY_BYTES:
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                break
+            chunks.append(chunk)
+    if (declared or 0) > MAX_BODY_BYTES or size > MAX_BODY_BYTES:
+        error = PayloadTooLarge(
+            f"A POST to /mcp may carry at most {MAX_BODY_BYTES // 1024} KiB.",
+            recovery=[f"Split the batch: at most {MAX_BATCH} messages, over several POSTs."],
+        )
+        raise RpcError(INVALID_REQUEST, error.message, error.to_dict())
+    return b"".join(chunks)
+
+
 def _encode_reply(reply: dict[str, Any]) -> str:
     """One reply as strict JSON; a result that cannot be (a NaN from a tool) becomes an internal error reply."""
     try:
@@ -197,7 +221,11 @@ async def mcp_post(request: web.Request) -> web.Response:
         err = RpcError(INVALID_REQUEST, f"Unsupported Mcp-Protocol-Version {version!r}; supported: {supported}.")
         return _reply(err.reply(None), status=400)
     try:
-        body = _parse(await request.read())
+        raw = await _read(request)
+    except RpcError as exc:
+        return _reply(exc.reply(None), status=413)
+    try:
+        body = _parse(raw)
     except RpcError as exc:
         return _reply(exc.reply(None), status=400)
     post = Post(request)
@@ -216,6 +244,7 @@ async def mcp_post(request: web.Request) -> web.Response:
     parts: list[str] = []
     for message in body:
         reply = await _answer(request, message, post)
+        await asyncio.sleep(0)  # a call answered from memory never yields: let other requests in between calls
         if reply is not None:
             parts.append(_encode_reply(reply))
             post.sent += len(parts[-1])

@@ -84,12 +84,20 @@ async def test_a_malformed_request_is_a_json_400(server: TestServer) -> None:
     assert_error_shape(*await raw_http(server, request), 400)
 
 
-async def test_a_body_over_the_limit_is_a_json_413_with_cors(server: TestServer) -> None:
+async def test_a_body_over_the_limit_is_a_413_json_rpc_error_with_cors(server: TestServer) -> None:
+    """/mcp refuses a body over 256 KiB before parsing it (declared or chunked): -32600 carrying the error shape."""
     body = b"[" + b"1," * (600 * 1024) + b"1]"
-    request = b"POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    request += f"Content-Length: {len(body)}\r\n\r\n".encode() + body
-    error = assert_error_shape(*await raw_http(server, request), 413)
-    assert "MiB" in error["message"]
+    head = b"POST /api/mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:300_000], body[300_000:])) + b"0\r\n\r\n"
+    for request in (
+        head + f"Content-Length: {len(body)}\r\n\r\n".encode() + body,
+        head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked,
+    ):
+        status, headers, answer = await raw_http(server, request)
+        assert status == 413 and headers["access-control-allow-origin"] == "*"
+        reply = strict_json(answer.decode())
+        assert reply["error"]["code"] == -32600 and reply["id"] is None
+        assert reply["error"]["data"]["error"] == "payload_too_large" and reply["error"]["data"]["recovery"]
 
 
 async def test_an_unsatisfiable_range_is_a_json_416(server: TestServer) -> None:
