@@ -15,17 +15,29 @@ strict JSON.
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from imagesvc import __version__, tools
-from imagesvc.errors import InvalidRequest, MethodNotAllowed, PayloadTooLarge
+from imagesvc.errors import InvalidRequest, MethodNotAllowed
 from imagesvc.web.mcp_tools import MAX_RESPONSE_BYTES, Post, encode, list_tools, run_tool
+from imagesvc.web.mcp_wire import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    MAX_BATCH,
+    MAX_BODY_BYTES,
+    MAX_DEPTH,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    RpcError,
+    encode_reply,
+    parse,
+    read_body,
+    unfit,
+    valid_id,
+)
 
 __all__ = [
     "INVALID_PARAMS",
@@ -44,33 +56,11 @@ __all__ = [
 ]
 
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")  # newest first: the one offered to unknown versions
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-MAX_BATCH = 50  # messages in one batch
-MAX_DEPTH = 32  # nesting of one message: arrays and objects within each other
-MAX_BODY_BYTES = 256 * 1024  # a full batch of tool calls is a few KiB; anything near this is refused unread
-log = logging.getLogger("imagesvc.mcp")
 INSTRUCTIONS = (
     "Tools of a digital library of rare pre-modern books: book metadata with page images, page text and quotes with "
     "citations. Failed calls return isError with {error, message, recovery, retry_after?}. "
     "Full documentation: /llms.txt."
 )
-
-
-class RpcError(Exception):
-    """A JSON-RPC error for one message: ``code``, ``message`` and optional ``data``."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.data = code, message, data
-
-    def reply(self, msg_id: Any) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return {"jsonrpc": "2.0", "id": msg_id, "error": error}
 
 
 async def _initialize(request: web.Request, params: dict[str, Any]) -> dict[str, Any]:
@@ -109,35 +99,15 @@ Method = Callable[[web.Request, dict[str, Any]], Awaitable[dict[str, Any]]]
 METHODS: dict[str, Method] = {"initialize": _initialize, "ping": _ping, "tools/list": _tools_list}
 
 
-def _valid_id(value: Any) -> bool:
-    """JSON-RPC ids are strings, integers or null; fractions, booleans and the rest are refused."""
-    return value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
-
-
-def _unfit(message: dict[str, Any]) -> str | None:
-    """Why a message cannot be taken, or None: nesting deeper than ``MAX_DEPTH``, or a number too large for a double
-    (which JSON allows, and which would come back as the non-JSON ``Infinity``). Walked without recursion."""
-    stack: list[tuple[Any, int]] = [(message, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return "A number in the message is too large; numbers must fit a double."
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        if children and depth >= MAX_DEPTH:
-            return f"The message nests more than {MAX_DEPTH} levels deep."
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list | float))
-    return None
-
-
 async def _answer(request: web.Request, message: Any, post: Post) -> dict[str, Any] | None:
     """The reply to one JSON-RPC message, or None for notifications and client responses (nothing to say)."""
     if not isinstance(message, dict):
         return RpcError(INVALID_REQUEST, "A JSON-RPC message must be an object.").reply(None)
     has_id = "id" in message
     msg_id = message.get("id")
-    if has_id and not _valid_id(msg_id):
+    if has_id and not valid_id(msg_id):
         return RpcError(INVALID_REQUEST, "id must be a string, an integer or null.").reply(None)
-    problem = _unfit(message)
+    problem = unfit(message)
     if problem is not None:
         return RpcError(INVALID_REQUEST, problem).reply(msg_id)
     if message.get("jsonrpc") != "2.0":
@@ -165,50 +135,6 @@ async def _answer(request: web.Request, message: Any, post: Post) -> dict[str, A
     return {"jsonrpc": "2.0", "id": msg_id, "result": result}
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _parse(raw: bytes) -> Any:
-    """The body as strict JSON (no NaN, no Infinity); ``RpcError`` -32700 otherwise."""
-    try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except RecursionError:
-        raise RpcError(PARSE_ERROR, f"The request body nests too deeply; at most {MAX_DEPTH} levels.") from None
-    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
-        raise RpcError(PARSE_ERROR, f"The request body is not valid JSON: {str(exc)[:200]}") from None
-
-
-async def _read(request: web.Request) -> bytes:
-    """The body, read only while it stays under ``MAX_BODY_BYTES``: a larger one is refused before it is parsed."""
-    declared = request.content_length
-    chunks: list[bytes] = []
-    size = 0
-    if declared is None or declared <= MAX_BODY_BYTES:
-        async for chunk in request.content.iter_chunked(64 * 1024):
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                break
-            chunks.append(chunk)
-    if (declared or 0) > MAX_BODY_BYTES or size > MAX_BODY_BYTES:
-        error = PayloadTooLarge(
-            f"A POST to /mcp may carry at most {MAX_BODY_BYTES // 1024} KiB.",
-            recovery=[f"Split the batch: at most {MAX_BATCH} messages, over several POSTs."],
-        )
-        raise RpcError(INVALID_REQUEST, error.message, error.to_dict())
-    return b"".join(chunks)
-
-
-def _encode_reply(reply: dict[str, Any]) -> str:
-    """One reply as strict JSON; a result that cannot be (a NaN from a tool) becomes an internal error reply."""
-    try:
-        return encode(reply)
-    except (ValueError, TypeError, RecursionError):
-        log.exception("a reply to %r is not JSON", reply.get("id"))
-        error = RpcError(-32603, "The service built a reply that is not JSON; report it with the X-Request-Id.")
-        return encode(error.reply(reply.get("id")))
-
-
 def _reply(body: Any, status: int = 200) -> web.Response:
     return web.Response(text=encode(body), status=status, content_type="application/json")
 
@@ -221,17 +147,17 @@ async def mcp_post(request: web.Request) -> web.Response:
         err = RpcError(INVALID_REQUEST, f"Unsupported Mcp-Protocol-Version {version!r}; supported: {supported}.")
         return _reply(err.reply(None), status=400)
     try:
-        raw = await _read(request)
+        raw = await read_body(request)
     except RpcError as exc:
         return _reply(exc.reply(None), status=413)
     try:
-        body = _parse(raw)
+        body = parse(raw)
     except RpcError as exc:
         return _reply(exc.reply(None), status=400)
     post = Post(request)
     if not isinstance(body, list):
         reply = await _answer(request, body, post)
-        return web.Response(status=202) if reply is None else _json(_encode_reply(reply))
+        return web.Response(status=202) if reply is None else _json(encode_reply(reply))
     if not body:
         return _reply(RpcError(INVALID_REQUEST, "An empty batch is not a request.").reply(None), status=400)
     if len(body) > MAX_BATCH:
@@ -241,14 +167,16 @@ async def mcp_post(request: web.Request) -> web.Response:
         )
         return _reply(RpcError(INVALID_REQUEST, error.message, error.to_dict()).reply(None), status=400)
     # in order, one after another: later calls in a batch see the budget the earlier ones spent
-    parts: list[str] = []
+    parts: list[bytes] = []
     for message in body:
         reply = await _answer(request, message, post)
         await asyncio.sleep(0)  # a call answered from memory never yields: let other requests in between calls
         if reply is not None:
-            parts.append(_encode_reply(reply))
+            parts.append(encode_reply(reply).encode())
             post.sent += len(parts[-1])
-    return _json("[" + ",".join(parts) + "]") if parts else web.Response(status=202)
+    if not parts:
+        return web.Response(status=202)
+    return web.Response(body=b"[" + b",".join(parts) + b"]", content_type="application/json", charset="utf-8")
 
 
 def _json(text: str) -> web.Response:

@@ -140,7 +140,7 @@ async def run_tool(request: web.Request, name: str, arguments: dict[str, Any], p
         result = await tools.call(services, name, arguments, tools.Call(caller=request[CALLER], meter=meter))
         images = await image_blocks(services, result)
         answer = {"content": [{"type": "text", "text": encode(result)}, *images], "structuredContent": result}
-        size = len(encode(answer))  # a result that is not strict JSON fails here, as the tool's fault
+        size = len(encode(answer).encode())  # a result that is not strict JSON fails here, as the tool's fault
     except ImagesvcError as exc:
         await meter.settle(False)
         shared.states.update(meter.states)
