@@ -72,6 +72,9 @@ async def test_an_oversized_request_line_is_a_json_400_with_cors(server: TestSer
     error = assert_error_shape(status, headers, body, 400)
     assert error["error"] == "invalid_request"
     assert "x-request-id" in headers
+    async with aiohttp.ClientSession() as http, http.get(server.make_url("/metrics")) as resp:
+        metrics = await resp.text()
+    assert 'imagesvc_http_requests_total{method="-",route="unparsed",status="400"} 1.0' in metrics
 
 
 async def test_an_oversized_header_is_a_json_400_with_cors(server: TestServer) -> None:
