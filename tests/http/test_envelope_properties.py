@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import math
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,7 +85,7 @@ MESSAGES = st.fixed_dictionaries(
     {},
     optional={
         "jsonrpc": st.just("2.0") | VALUES,
-        "id": st.integers() | st.text(max_size=5) | VALUES,
+        "id": st.integers() | st.text(max_size=5) | st.sampled_from([math.nan, math.inf, 1.5]) | st.floats() | VALUES,
         "method": st.sampled_from(["initialize", "ping", "tools/list", "tools/call", "notifications/x"]) | VALUES,
         "params": st.fixed_dictionaries({}, optional={"name": NAMES, "arguments": ARGUMENTS}) | VALUES,
     },
