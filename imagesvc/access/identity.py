@@ -181,7 +181,7 @@ def _parsed_networks(networks: tuple[str, ...]) -> tuple[ipaddress.IPv4Network |
 def bearer(headers: Mapping[str, str]) -> str | None:
     """The credential of ``Authorization: Bearer <credential>``; None when no Authorization header was sent.
 
-    The scheme is case-insensitive and any run of spaces may separate it from the credential (RFC 9110 and 6750).
+    The scheme is case-insensitive and a run of spaces (only spaces) separates it from the credential (RFC 6750).
     Anything else that was presented (another scheme, no credential, two credentials, two Authorization headers) is a
     401: identity is never silently dropped.
     """
@@ -191,7 +191,7 @@ def bearer(headers: Mapping[str, str]) -> str | None:
     recovery = ["Send the key as 'Authorization: Bearer <key>', or send no Authorization header to be anonymous."]
     if len(values) > 1:
         raise Unauthorized("Send one Authorization header, not several.", recovery=recovery)
-    parts = values[0].split()
+    parts = [part for part in values[0].split(" ") if part]  # spaces only: no tab or other white space
     if not parts or parts[0].lower() != "bearer":
         raise Unauthorized("Only 'Authorization: Bearer <key>' is understood.", recovery=recovery)
     if len(parts) != 2:

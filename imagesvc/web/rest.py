@@ -8,6 +8,7 @@ import stat as stat_module
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from imagesvc import __version__, tools
 from imagesvc.errors import NotFound, RangeNotSatisfiable
@@ -81,8 +82,18 @@ async def public_image(request: web.Request) -> web.StreamResponse:
     if info is None:
         raise NotFound(f"No public image at /img/{relative}.", recovery=["Take image URLs from GET /books/<id>."])
     _check_range(request, info)
-    response = web.FileResponse(path, headers={"Cache-Control": IMMUTABLE, "Content-Type": "image/jpeg"})
+    response = PublicFile(path, headers={"Cache-Control": IMMUTABLE, "Content-Type": "image/jpeg"})
     return response
+
+
+class PublicFile(web.FileResponse):
+    """A file response that, once sent, is not sent again: ``web.FileResponse.prepare`` starts over on every call,
+    and the response is sent by ``observe_middleware`` before aiohttp itself prepares it a second time."""
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        if self.prepared:
+            return None
+        return await super().prepare(request)
 
 
 async def _stat(path: Path) -> os.stat_result | None:

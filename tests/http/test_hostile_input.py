@@ -141,6 +141,9 @@ async def test_authorization_is_bearer_and_one_key_or_401(server: TestServer, da
     for value in ("Bearer", "Bearer ", "Bearer    ", "bearer", "Bearer a b", "Basic x", "", "isk_" + "x" * 4500):
         status, body = await _get(server, "/api/books", {"Authorization": value})
         assert (status, body["error"]) == (401, "unauthorized"), value
+    for value in (f"Bearer\t{key}", f"Bearer \t{key}"):  # trailing OWS is the parser's to strip; inner tabs are not
+        status, body = await _get(server, "/api/books", {"Authorization": value})
+        assert (status, body["error"]) == (401, "unauthorized"), value
     for value in (f"Bearer {key}", f"bearer {key}", f"BEARER   {key}", f"Bearer {key} "):
         status, body = await _get(server, "/api/rate_limit", {"Authorization": value})
         assert (status, body["caller"]["class"]) == (200, "key:free"), value
