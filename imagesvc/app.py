@@ -19,7 +19,8 @@ from imagesvc.storage.hot import HotObjects
 from imagesvc.web.access import access_middleware
 from imagesvc.web.keys import ACCESS, IDENTIFIER, IIIF, METRICS, SEARCH, SERVICES
 from imagesvc.web.metrics import observe_middleware, rejections_middleware
-from imagesvc.web.middleware import cors_middleware, error_middleware, on_prepare
+from imagesvc.web.middleware import MAX_BODY_BYTES, cors_middleware, error_middleware, on_prepare
+from imagesvc.web.protocol import Application
 from imagesvc.web.routes import add_routes
 
 __all__ = ["build_app"]
@@ -33,7 +34,10 @@ def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Applica
     resolver = resolver or SystemResolver()
     # observe is outermost so it sees every final status; rejections sits inside error to see 429s as errors;
     # html_error renders the errors of pages for people (the JSON shape stays for everything else).
-    app = web.Application(
+    # Application: aiohttp's, with errors its HTTP protocol answers itself (oversized lines, unparseable requests) in
+    # the JSON error shape too (web/protocol.py).
+    metrics = Metrics(settings.data_dir)
+    app = Application(
         middlewares=[
             observe_middleware,
             cors_middleware,
@@ -41,9 +45,11 @@ def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Applica
             html_error_middleware,
             rejections_middleware,
             access_middleware,
-        ]
+        ],
+        handler_args={"metrics": metrics},
+        client_max_size=MAX_BODY_BYTES,
     )
-    app[METRICS] = Metrics(settings.data_dir)
+    app[METRICS] = metrics
     app.on_response_prepare.append(on_prepare)
 
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -17,6 +17,8 @@ __all__ = [
     "InvalidRequest",
     "MethodNotAllowed",
     "NotFound",
+    "PayloadTooLarge",
+    "RangeNotSatisfiable",
     "RateLimited",
     "Unauthorized",
     "Unavailable",
@@ -87,6 +89,16 @@ class NotFound(ImagesvcError):
 class Conflict(ImagesvcError):
     code = "conflict"
     status = 409
+
+
+class PayloadTooLarge(InvalidRequest):
+    code = "payload_too_large"
+    status = 413
+
+
+class RangeNotSatisfiable(InvalidRequest):
+    code = "range_not_satisfiable"
+    status = 416
 
 
 class ImageRejected(ImagesvcError):

@@ -119,7 +119,7 @@ class Metrics:
         )  # fmt: skip
         self.latency = Histogram(
             "imagesvc_http_request_duration_seconds",
-            "Time from routing to the handler's return (responses the access layer sends include their body).",
+            "Time from routing until the response, its body included, was sent.",
             ["route", "method"],
             buckets=LATENCY_BUCKETS,
             registry=r,

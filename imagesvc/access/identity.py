@@ -8,10 +8,7 @@ DNS and assistant fetches must come from an operator-configured network.
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
-import hashlib
-import hmac
 import ipaddress
 import socket
 import time
@@ -20,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from imagesvc.access.policy import CallerClass, caller_class
+from imagesvc.access.sessions import SESSION_PREFIX, sign_session, verify_session
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.keys import lookup_key
 from imagesvc.errors import Unauthorized
@@ -36,8 +34,6 @@ __all__ = [
     "subject_for_address",
     "verify_session",
 ]
-
-SESSION_PREFIX = "sess.v1."
 
 
 @dataclass(frozen=True)
@@ -57,29 +53,44 @@ class Caller:
 # -- addresses -----------------------------------------------------------------------------------------------------
 
 
-def client_address(peer: str | None, forwarded_for: str | None, trusted: Sequence[str]) -> str:
+def client_address(peer: str | None, forwarded_for: str | Sequence[str] | None, trusted: Sequence[str]) -> str:
     """The client's address: ``X-Forwarded-For`` is believed only hop by hop from trusted proxies.
 
-    Walking the list from the right, each address that is itself a trusted proxy is skipped; the first untrusted one
-    is the client. A request that does not come from a trusted proxy is judged by its socket peer alone.
+    Every ``X-Forwarded-For`` line counts, joined in order (a second line is no way to pick an address). Walking the
+    hops from the right, each one that is itself a trusted proxy is skipped; the first untrusted one is the client. A
+    hop that is not an IP address stops the walk: the request counts as the last trusted hop that vouched for it, so
+    garbage never becomes a caller of its own. A request that does not come from a trusted proxy is judged by its
+    socket peer alone. Never raises.
     """
-    networks = [ipaddress.ip_network(t, strict=False) for t in trusted]
-
-    def is_trusted(addr: str) -> bool:
-        try:
-            ip = ipaddress.ip_address(addr)
-        except ValueError:
-            return False
-        return any(ip in net for net in networks)
-
-    address = peer or "0.0.0.0"
-    if not forwarded_for or not is_trusted(address):
+    networks = _parsed_networks(tuple(trusted))
+    address = _canonical(peer) or "0.0.0.0"
+    if not forwarded_for or not networks or not _trusted(address, networks):
         return address
-    for hop in reversed([h.strip() for h in forwarded_for.split(",") if h.strip()]):
-        address = hop
-        if not is_trusted(hop):
+    lines = [forwarded_for] if isinstance(forwarded_for, str) else list(forwarded_for)
+    hops = [hop.strip() for line in lines for hop in line.split(",")]
+    for hop in reversed([h for h in hops if h]):
+        ip = _canonical(hop)
+        if ip is None:
+            break  # not an address: stay with the trusted hop that reported it
+        address = ip
+        if not _trusted(ip, networks):
             break
     return address
+
+
+def _canonical(value: str | None) -> str | None:
+    """``value`` as a canonical IP address, or None when it is not one."""
+    if not value:
+        return None
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return None
+
+
+def _trusted(address: str, networks: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> bool:
+    ip = ipaddress.ip_address(address)
+    return any(ip in net for net in networks)
 
 
 def subject_for_address(address: str) -> str:
@@ -93,39 +104,6 @@ def subject_for_address(address: str) -> str:
             return f"ip:{ip.ipv4_mapped}"
         return f"ip6:{ipaddress.ip_network(f'{ip}/64', strict=False)}"
     return f"ip:{ip}"
-
-
-# -- signed-in sessions ----------------------------------------------------------------------------------------------
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def sign_session(user_id: str, expires_at: int, secret: str) -> str:
-    """``sess.v1.<user_id>.<expires unix seconds>.<base64url HMAC-SHA256 of "v1.<user_id>.<expires>">``."""
-    if not user_id or "." in user_id:
-        raise ValueError("user_id must be non-empty and contain no '.'")
-    message = f"v1.{user_id}.{expires_at}".encode()
-    return f"{SESSION_PREFIX}{user_id}.{expires_at}.{_b64(hmac.new(secret.encode(), message, hashlib.sha256).digest())}"
-
-
-def verify_session(token: str, secret: str, now: float | None = None) -> str:
-    """The user id of a valid, unexpired session token; ``Unauthorized`` otherwise."""
-    recovery = ["Sign in again on the site, or send no session token to be served anonymously."]
-    if not secret:
-        raise Unauthorized("This service accepts no session tokens (none is configured).", recovery=recovery)
-    try:
-        user_id, expires_raw, signature = token.removeprefix(SESSION_PREFIX).split(".")
-        expires_at = int(expires_raw)
-    except ValueError:
-        raise Unauthorized("The session token is malformed.", recovery=recovery) from None
-    expected = sign_session(user_id, expires_at, secret).rsplit(".", 1)[1]
-    if not hmac.compare_digest(expected, signature):
-        raise Unauthorized("The session token's signature does not verify.", recovery=recovery)
-    if expires_at <= (now if now is not None else time.time()):
-        raise Unauthorized("The session token has expired.", recovery=recovery)
-    return user_id
 
 
 # -- crawlers --------------------------------------------------------------------------------------------------------
@@ -201,16 +179,24 @@ def _parsed_networks(networks: tuple[str, ...]) -> tuple[ipaddress.IPv4Network |
 
 
 def bearer(headers: Mapping[str, str]) -> str | None:
-    value = headers.get("Authorization", "")
-    scheme, _, credential = value.partition(" ")
-    if scheme.lower() != "bearer":
-        if value:
-            raise Unauthorized(
-                "Only 'Authorization: Bearer <key>' is understood.",
-                recovery=["Send the key as 'Authorization: Bearer <key>'."],
-            )
+    """The credential of ``Authorization: Bearer <credential>``; None when no Authorization header was sent.
+
+    The scheme is case-insensitive and a run of spaces (only spaces) separates it from the credential (RFC 6750).
+    Anything else that was presented (another scheme, no credential, two credentials, two Authorization headers) is a
+    401: identity is never silently dropped.
+    """
+    values = _all(headers, "Authorization")
+    if not values:
         return None
-    return credential.strip() or None
+    recovery = ["Send the key as 'Authorization: Bearer <key>', or send no Authorization header to be anonymous."]
+    if len(values) > 1:
+        raise Unauthorized("Send one Authorization header, not several.", recovery=recovery)
+    parts = [part for part in values[0].split(" ") if part]  # spaces only: no tab or other white space
+    if not parts or parts[0].lower() != "bearer":
+        raise Unauthorized("Only 'Authorization: Bearer <key>' is understood.", recovery=recovery)
+    if len(parts) != 2:
+        raise Unauthorized("'Authorization: Bearer' must be followed by exactly one key or token.", recovery=recovery)
+    return parts[1]
 
 
 class Identifier:
@@ -235,14 +221,22 @@ class Identifier:
                     f"The API key {record.id} is {state}.", recovery=recovery, details={"key": record.id}
                 )
             return Caller("key", f"key:{record.id}", f"key:{record.tier}", key_ref=record.id)
-        token = credential or cookies.get("imagesvc_session")
+        token = credential if credential is not None else cookies.get("imagesvc_session")
         if token:
             user_id = verify_session(token, s.session_secret)
             return Caller("signed_in", f"user:{user_id}", "signed_in")
-        address = client_address(peer, headers.get("X-Forwarded-For"), s.trusted_proxies)
+        address = client_address(peer, _all(headers, "X-Forwarded-For"), s.trusted_proxies)
         agent = headers.get("User-Agent", "")
         if agent and agent_matches(agent, s.assistant_agents) and in_networks(address, s.assistant_networks):
             return Caller("assistant", f"assistant:{address}", "assistant")
         if agent and agent_matches(agent, s.crawler_agents) and await self.verifier.verify(address):
             return Caller("crawler", f"crawler:{address}", "crawler")
         return Caller("anonymous", subject_for_address(address), "anonymous")
+
+
+def _all(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every line of header ``name``, in order."""
+    if hasattr(headers, "getall"):
+        return list(headers.getall(name, []))
+    value = headers.get(name)
+    return [] if value is None else [value]

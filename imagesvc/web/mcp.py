@@ -3,24 +3,50 @@
 Requests go through the same access middleware as REST (identity, request limit, budgets). Protocol faults are
 JSON-RPC errors (-32700, -32600, -32601, -32602); tool failures, an exhausted budget included, are tool results with
 ``isError: true``, because MCP clients turn HTTP errors into opaque failures.
+
+A POST carries at most ``MAX_BODY_BYTES`` (refused unread, -32600 with a 413). A batch is bounded three ways: at
+most ``MAX_BATCH`` messages; each ``tools/call`` in it counts as one request against
+the caller's request limit (the POST itself paid for the first); and its answers stop at ``MAX_RESPONSE_BYTES``, past
+which calls are answered with an error result asking for another POST. Bodies nested deeper than ``MAX_DEPTH``, ids
+other than a string, an integer or null, and the non-JSON constants NaN and Infinity are refused; every answer is
+strict JSON.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from imagesvc import __version__, tools
-from imagesvc.errors import MethodNotAllowed, Unauthorized
+from imagesvc.errors import InvalidRequest, MethodNotAllowed, Unauthorized
 from imagesvc.web.keys import REQUEST_DENIED
-from imagesvc.web.mcp_tools import list_tools, run_tool
+from imagesvc.web.mcp_tools import MAX_RESPONSE_BYTES, Post, encode, list_tools, run_tool
+from imagesvc.web.mcp_wire import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    MAX_BATCH,
+    MAX_BODY_BYTES,
+    MAX_DEPTH,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    RpcError,
+    encode_reply,
+    parse,
+    read_body,
+    unfit,
+    valid_id,
+)
 
 __all__ = [
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "MAX_BATCH",
+    "MAX_BODY_BYTES",
+    "MAX_DEPTH",
+    "MAX_RESPONSE_BYTES",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
     "PROTOCOL_VERSIONS",
@@ -31,29 +57,11 @@ __all__ = [
 ]
 
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")  # newest first: the one offered to unknown versions
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
 INSTRUCTIONS = (
     "Tools of a digital library of rare pre-modern books: book metadata with page images, page text and quotes with "
     "citations. Failed calls return isError with {error, message, recovery, retry_after?}. "
     "Full documentation: /llms.txt."
 )
-
-
-class RpcError(Exception):
-    """A JSON-RPC error for one message: ``code``, ``message`` and optional ``data``."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.data = code, message, data
-
-    def reply(self, msg_id: Any) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return {"jsonrpc": "2.0", "id": msg_id, "error": error}
 
 
 async def _initialize(request: web.Request, params: dict[str, Any]) -> dict[str, Any]:
@@ -79,7 +87,7 @@ async def _tools_list(request: web.Request, params: dict[str, Any]) -> dict[str,
     return {"tools": list_tools()}  # one page: the cursor, if any, is ignored
 
 
-async def _tools_call(request: web.Request, params: dict[str, Any]) -> dict[str, Any]:
+async def _tools_call(request: web.Request, params: dict[str, Any], post: Post) -> dict[str, Any]:
     name = params.get("name")
     known = sorted(tools.load_all())
     if not isinstance(name, str) or name not in known:
@@ -89,29 +97,24 @@ async def _tools_call(request: web.Request, params: dict[str, Any]) -> dict[str,
         arguments = {}
     if not isinstance(arguments, dict):
         raise RpcError(INVALID_PARAMS, "params.arguments must be an object of the tool's arguments.")
-    return await run_tool(request, name, arguments)
+    return await run_tool(request, name, arguments, post)
 
 
-METHODS: dict[str, Callable[[web.Request, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
-    "initialize": _initialize,
-    "ping": _ping,
-    "tools/list": _tools_list,
-    "tools/call": _tools_call,
-}
+Method = Callable[[web.Request, dict[str, Any]], Awaitable[dict[str, Any]]]
+METHODS: dict[str, Method] = {"initialize": _initialize, "ping": _ping, "tools/list": _tools_list}
 
 
-def _valid_id(value: Any) -> bool:
-    return isinstance(value, str | int | float) and not isinstance(value, bool)
-
-
-async def _answer(request: web.Request, message: Any) -> dict[str, Any] | None:
+async def _answer(request: web.Request, message: Any, post: Post) -> dict[str, Any] | None:
     """The reply to one JSON-RPC message, or None for notifications and client responses (nothing to say)."""
     if not isinstance(message, dict):
         return RpcError(INVALID_REQUEST, "A JSON-RPC message must be an object.").reply(None)
     has_id = "id" in message
     msg_id = message.get("id")
-    if has_id and not _valid_id(msg_id):
-        return RpcError(INVALID_REQUEST, "id must be a string or a number.").reply(None)
+    if has_id and not valid_id(msg_id):
+        return RpcError(INVALID_REQUEST, "id must be a string, an integer or null.").reply(None)
+    problem = unfit(message)
+    if problem is not None:
+        return RpcError(INVALID_REQUEST, problem).reply(msg_id)
     if message.get("jsonrpc") != "2.0":
         return RpcError(INVALID_REQUEST, 'jsonrpc must be "2.0".').reply(msg_id)
     if "method" not in message and has_id and ("result" in message or "error" in message):
@@ -126,19 +129,19 @@ async def _answer(request: web.Request, message: Any) -> dict[str, Any] | None:
         params = {}
     handler = METHODS.get(method)
     try:
-        if handler is None:
-            raise RpcError(METHOD_NOT_FOUND, f"Unknown method {method!r}; this server offers {', '.join(METHODS)}.")
+        if handler is None and method != "tools/call":
+            offered = ", ".join([*METHODS, "tools/call"])
+            raise RpcError(METHOD_NOT_FOUND, f"Unknown method {method!r}; this server offers {offered}.")
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "params must be an object.")
-        result = await handler(request, params)
+        result = await (_tools_call(request, params, post) if handler is None else handler(request, params))
     except RpcError as exc:
         return exc.reply(msg_id)
     return {"jsonrpc": "2.0", "id": msg_id, "result": result}
 
 
 def _reply(body: Any, status: int = 200) -> web.Response:
-    text = json.dumps(body, ensure_ascii=False)
-    return web.Response(text=text, status=status, content_type="application/json")
+    return web.Response(text=encode(body), status=status, content_type="application/json")
 
 
 async def mcp_post(request: web.Request) -> web.Response:
@@ -149,17 +152,40 @@ async def mcp_post(request: web.Request) -> web.Response:
         err = RpcError(INVALID_REQUEST, f"Unsupported Mcp-Protocol-Version {version!r}; supported: {supported}.")
         return _reply(err.reply(None), status=400)
     try:
-        body = json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError):
-        return _reply(RpcError(PARSE_ERROR, "The request body is not valid JSON.").reply(None), status=400)
-    if isinstance(body, list):
-        if not body:
-            return _reply(RpcError(INVALID_REQUEST, "An empty batch is not a request.").reply(None), status=400)
-        # in order, one after another: later calls in a batch see the budget the earlier ones spent
-        replies = [reply for message in body if (reply := await _answer(request, message)) is not None]
-        return _reply(replies) if replies else web.Response(status=202)
-    reply = await _answer(request, body)
-    return web.Response(status=202) if reply is None else _reply(reply)
+        raw = await read_body(request)
+    except RpcError as exc:
+        return _reply(exc.reply(None), status=413)
+    try:
+        body = parse(raw)
+    except RpcError as exc:
+        return _reply(exc.reply(None), status=400)
+    post = Post(request)
+    if not isinstance(body, list):
+        reply = await _answer(request, body, post)
+        return web.Response(status=202) if reply is None else _json(encode_reply(reply))
+    if not body:
+        return _reply(RpcError(INVALID_REQUEST, "An empty batch is not a request.").reply(None), status=400)
+    if len(body) > MAX_BATCH:
+        error = InvalidRequest(
+            f"A batch holds at most {MAX_BATCH} messages; this one has {len(body)}.",
+            recovery=[f"Split the batch into POSTs of at most {MAX_BATCH} messages each."],
+        )
+        return _reply(RpcError(INVALID_REQUEST, error.message, error.to_dict()).reply(None), status=400)
+    # in order, one after another: later calls in a batch see the budget the earlier ones spent
+    parts: list[bytes] = []
+    for message in body:
+        reply = await _answer(request, message, post)
+        await asyncio.sleep(0)  # a call answered from memory never yields: let other requests in between calls
+        if reply is not None:
+            parts.append(encode_reply(reply).encode())
+            post.sent += len(parts[-1])
+    if not parts:
+        return web.Response(status=202)
+    return web.Response(body=b"[" + b",".join(parts) + b"]", content_type="application/json", charset="utf-8")
+
+
+def _json(text: str) -> web.Response:
+    return web.Response(text=text, content_type="application/json")
 
 
 async def mcp_get(request: web.Request) -> web.Response:

@@ -5,17 +5,27 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
-from imagesvc.errors import ImagesvcError, InternalError, MethodNotAllowed, NotFound
+from imagesvc.errors import ImagesvcError, InternalError, InvalidRequest, MethodNotAllowed, NotFound, PayloadTooLarge
 from imagesvc.web.keys import RATE_HEADERS, REQUEST_ID, SERVICES
 
-__all__ = ["CORS_HEADERS", "cors_middleware", "error_json", "error_middleware", "on_prepare"]
+__all__ = [
+    "CORS_HEADERS",
+    "MAX_BODY_BYTES",
+    "HttpError",
+    "cors_middleware",
+    "error_json",
+    "error_middleware",
+    "on_prepare",
+]
 
 log = logging.getLogger("imagesvc.web")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+MAX_BODY_BYTES = 1024**2  # the largest request body read (aiohttp's client_max_size)
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Expose-Headers": "ETag, Retry-After, RateLimit, RateLimit-Policy, X-Request-Id, Content-Range, "
@@ -79,8 +89,36 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             recovery=[f"Use one of: {', '.join(sorted(exc.allowed_methods))}."],
         )
         return error_json(err, request_id)
-    except web.HTTPException:
-        raise
+    except web.HTTPRequestEntityTooLarge:
+        return error_json(payload_too_large(), request_id)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise  # redirects and the like are answers, not errors
+        return error_json(http_error(exc), request_id)
+    except ConnectionError:
+        raise  # the client went away: nothing to answer, nothing to log as a fault (observe counts it as 499)
     except Exception:
         log.exception("unhandled error on %s %s (request %s)", request.method, request.path, request_id)
         return error_json(InternalError("The service failed while answering this request."), request_id)
+
+
+class HttpError(InvalidRequest):
+    """Another HTTP error aiohttp raised itself, with its own status."""
+
+    def __init__(self, status: int, code: str, message: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.status, self.code = status, code
+
+
+def payload_too_large() -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"The request body is over the {MAX_BODY_BYTES // 1024**2} MiB this service reads.",
+        recovery=["Send a smaller body; split a JSON-RPC batch over several POSTs."],
+    )
+
+
+def http_error(exc: web.HTTPException) -> HttpError:
+    """Any other error aiohttp raised, in the one JSON error shape with its own status and headers."""
+    code = "invalid_request" if exc.status < 500 else "internal"
+    headers = {k: v for k, v in exc.headers.items() if k.lower() not in ("content-type", "content-length")}
+    return HttpError(exc.status, code, f"{exc.reason}.", headers=headers)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import stat as stat_module
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from imagesvc import __version__, tools
-from imagesvc.errors import NotFound
+from imagesvc.errors import NotFound, RangeNotSatisfiable
 from imagesvc.search.engine import engine_for
 from imagesvc.storage import StoreUnavailable
 from imagesvc.web.keys import CALLER, METER, SERVICES
@@ -90,11 +93,51 @@ async def public_image(request: web.Request) -> web.StreamResponse:
         path: Path = path_for(f"pub/{relative}")
     except ValueError:
         path = None  # type: ignore[assignment]
-    if path is None or not await _is_file(path):
+    info = await _stat(path) if path is not None else None
+    if info is None:
         raise NotFound(f"No public image at /img/{relative}.", recovery=["Take image URLs from GET /books/<id>."])
-    response = web.FileResponse(path, headers={"Cache-Control": IMMUTABLE, "Content-Type": "image/jpeg"})
+    _check_range(request, info)
+    response = PublicFile(path, headers={"Cache-Control": IMMUTABLE, "Content-Type": "image/jpeg"})
     return response
 
 
-async def _is_file(path: Path) -> bool:
-    return await asyncio.to_thread(path.is_file)
+class PublicFile(web.FileResponse):
+    """A file response that, once sent, is not sent again: ``web.FileResponse.prepare`` starts over on every call,
+    and the response is sent by ``observe_middleware`` before aiohttp itself prepares it a second time."""
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        if self.prepared:
+            return None
+        return await super().prepare(request)
+
+
+async def _stat(path: Path) -> os.stat_result | None:
+    """The file's status, or None when there is no regular file at ``path``."""
+
+    def stat() -> os.stat_result | None:
+        try:
+            info = path.stat()
+        except (OSError, ValueError):
+            return None
+        return info if stat_module.S_ISREG(info.st_mode) else None
+
+    return await asyncio.to_thread(stat)
+
+
+def _check_range(request: web.Request, info: os.stat_result) -> None:
+    """Refuse, as a JSON error, a Range that the file response would answer with an empty 416."""
+    if "Range" not in request.headers:
+        return
+    if_range = request.if_range
+    if if_range is not None and info.st_mtime > if_range.timestamp():
+        return  # the validator is stale: the whole file is sent and the Range ignored
+    try:
+        start = request.http_range.start
+    except ValueError:
+        start = info.st_size  # not a single byte range this server can serve
+    if start is not None and start >= 0 and start >= info.st_size:
+        raise RangeNotSatisfiable(
+            f"The range {request.headers['Range']!r} lies outside this {info.st_size}-byte image.",
+            recovery=["Ask for a single range within the image's Content-Length, or send no Range."],
+            headers={"Content-Range": f"bytes */{info.st_size}"},
+        )

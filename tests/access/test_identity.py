@@ -16,11 +16,19 @@ from imagesvc.errors import Unauthorized
         ("203.0.113.5", "198.51.100.1", (), "203.0.113.5"),  # no trusted proxy: the header is ignored
         ("10.0.0.2", "198.51.100.1", ("10.0.0.0/8",), "198.51.100.1"),
         ("10.0.0.2", "1.2.3.4, 198.51.100.1, 10.0.0.3", ("10.0.0.0/8",), "198.51.100.1"),  # spoofed left part skipped
-        ("10.0.0.2", "garbage, 10.0.0.9", ("10.0.0.0/8",), "garbage"),
+        ("10.0.0.2", "garbage, 10.0.0.9", ("10.0.0.0/8",), "10.0.0.9"),  # garbage counts as the hop that sent it
+        ("10.0.0.2", "garbage", ("10.0.0.0/8",), "10.0.0.2"),
+        ("10.0.0.2", "198.51.100.1:4711", ("10.0.0.0/8",), "10.0.0.2"),  # address with a port: not an address
         ("10.0.0.2", None, ("10.0.0.0/8",), "10.0.0.2"),
+        ("10.0.0.2", "2001:DB8:0:0::1", ("10.0.0.0/8",), "2001:db8::1"),  # canonical spelling
+        # several lines are one list, in order: the client's own first line cannot pick the address
+        ("10.0.0.2", ["203.0.113.66", "198.51.100.1"], ("10.0.0.0/8",), "198.51.100.1"),
+        ("10.0.0.2", ["198.51.100.1", "10.0.0.7"], ("10.0.0.0/8",), "198.51.100.1"),
+        ("10.0.0.2", ["", " , "], ("10.0.0.0/8",), "10.0.0.2"),
+        ("not-an-ip", "198.51.100.1", ("10.0.0.0/8",), "0.0.0.0"),
     ],
 )
-def test_client_address(peer: str, xff: str | None, trusted: tuple[str, ...], expected: str) -> None:
+def test_client_address(peer: str, xff: str | list[str] | None, trusted: tuple[str, ...], expected: str) -> None:
     assert client_address(peer, xff, trusted) == expected
 
 
@@ -47,6 +55,30 @@ def test_session_tokens_round_trip_and_fail_closed() -> None:
     tampered = token.replace("sess.v1.42.", "sess.v1.43.")
     with pytest.raises(Unauthorized):
         verify_session(tampered, "s3cret")
+
+
+def test_a_session_token_has_one_spelling() -> None:
+    """Other spellings of the same expiry used to verify under the same signature; only the signed bytes do now."""
+    expires = int(time.time()) + 600
+    token = sign_session("42", expires, "s3cret")
+    prefix, signature = token.rsplit(".", 1)
+    head = prefix.removesuffix(str(expires))
+    arabic_indic = str(expires).translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
+    for spelling in (
+        f"+{expires}",
+        f"000{expires}",
+        f"{str(expires)[:3]}_{str(expires)[3:]}",
+        arabic_indic,
+        f" {expires}",
+    ):
+        with pytest.raises(Unauthorized):
+            verify_session(f"{head}{spelling}.{signature}", "s3cret")
+    for broken in ("sess.v1..9999999999.x", "sess.v1.", "sess.v1.42", "sess.v1.42.9999999999.", "sess.v1.42.x.y.z"):
+        with pytest.raises(Unauthorized):
+            verify_session(broken, "s3cret")
+    for user in ("", "a.b", "ü", "a b"):
+        with pytest.raises(ValueError):
+            sign_session(user, expires, "s3cret")
 
 
 class Resolver:

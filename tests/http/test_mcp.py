@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -315,3 +316,104 @@ async def test_request_limit_reaches_the_official_client_as_an_error_result(serv
         assert body["error"] == "rate_limited"
         assert body["pool"] == "requests"
         assert body["retry_after"] >= 1
+
+
+def _strict(text: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+async def raw_post(server: TestServer, data: bytes, **headers: str) -> tuple[int, Any]:
+    """POST ``data`` as it is; the answer parsed as strict JSON (NaN or Infinity in it fail the test)."""
+    headers = {"Content-Type": "application/json", **headers}
+    async with aiohttp.ClientSession() as http, http.post(server.make_url("/api/mcp"), data=data, headers=headers) as r:
+        text = await r.text()
+        return r.status, (_strict(text) if text else None)
+
+
+def call(i: int, name: str = "list_books", arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    params = {"name": name, "arguments": arguments if arguments is not None else {"limit": 1}}
+    return {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params}
+
+
+async def test_ids_must_be_strings_integers_or_null_and_answers_strict_json(server: TestServer) -> None:
+    for raw_id in ("NaN", "Infinity", "-Infinity"):
+        status, body = await raw_post(server, b'{"jsonrpc":"2.0","id":%s,"method":"ping"}' % raw_id.encode())
+        assert (status, body["error"]["code"], body["id"]) == (400, -32700, None), raw_id
+    for raw_id in ("1e999", "1.5", "true", "[1]", '{"a":1}'):
+        _, body = await raw_post(server, b'{"jsonrpc":"2.0","id":%s,"method":"ping"}' % raw_id.encode())
+        assert (body["error"]["code"], body["id"]) == (-32600, None), raw_id
+    for raw_id, echoed in (
+        ('"x"', "x"),
+        ("7", 7),
+        ("null", None),
+        ("123456789012345678901", 123456789012345678901),
+    ):
+        status, body = await raw_post(server, b'{"jsonrpc":"2.0","id":%s,"method":"ping"}' % raw_id.encode())
+        assert (status, body["result"], body["id"]) == (200, {}, echoed), raw_id
+    _, body = await raw_post(server, json.dumps(call(1, "list_books", {"limit": 0})).replace("0}", "1e999}").encode())
+    assert body["error"]["code"] == -32600 and body["id"] == 1  # a number too large for a double, in the arguments
+
+
+async def test_deep_nesting_is_a_json_rpc_error_not_a_500(server: TestServer) -> None:
+    status, body = await raw_post(server, b"[" * 100_000)
+    assert (status, body["error"]["code"]) == (400, -32700)
+    deep: Any = "x"
+    for _ in range(900):
+        deep = [deep]
+    _, body = await raw_post(server, json.dumps(call(5, "get_book", {"book_id": deep})).encode())
+    assert body["error"]["code"] == -32600 and body["id"] == 5
+    _, body = await raw_post(server, json.dumps([call(6, "get_book", {"book_id": deep}), call(7)]).encode())
+    assert [reply.get("error", {}).get("code") for reply in body] == [-32600, None]  # the rest of the batch runs
+    _, body = await raw_post(server, json.dumps(call(8, "get_book", {"book_id": [[[["x"]]]]})).encode())
+    assert body["result"]["isError"] is True and body["result"]["structuredContent"]["error"] == "invalid_request"
+
+
+async def test_a_batch_holds_at_most_50_messages(server: TestServer) -> None:
+    status, body = await raw_post(server, json.dumps([call(i) for i in range(51)]).encode())
+    assert status == 400
+    assert body["error"]["code"] == -32600 and body["id"] is None
+    assert body["error"]["data"]["error"] == "invalid_request" and "50" in body["error"]["data"]["recovery"][0]
+    async with aiohttp.ClientSession() as http, http.get(server.make_url("/api/rate_limit")) as resp:
+        assert resp.status == 200  # nothing of the refused batch ran
+    status, body = await raw_post(server, json.dumps([call(i) for i in range(50)]).encode())
+    assert status == 200 and len(body) == 50 and not any(reply["result"]["isError"] for reply in body)
+
+
+async def test_each_call_in_a_batch_counts_against_the_request_limit(server: TestServer) -> None:
+    """Anonymous callers have 60 requests an hour: a batch of 50 calls spends 50 of them, not 1."""
+    _, first = await raw_post(server, json.dumps([call(i) for i in range(50)]).encode())
+    assert [reply["result"]["isError"] for reply in first] == [False] * 50
+    _, second = await raw_post(server, json.dumps([call(i) for i in range(50)]).encode())
+    outcomes = [reply["result"]["isError"] for reply in second]
+    assert outcomes == [False] * 10 + [True] * 40
+    denied = second[-1]["result"]["structuredContent"]
+    assert denied["error"] == "rate_limited" and denied["pool"] == "requests" and denied["retry_after"] >= 1
+    _, ping = await raw_post(server, json.dumps([{"jsonrpc": "2.0", "id": 1, "method": "ping"}, call(2)]).encode())
+    assert ping[0]["result"] == {} and ping[1]["result"]["isError"] is True  # protocol messages still answered
+
+
+async def test_a_batch_answer_is_bounded_and_overflowing_calls_spend_nothing(
+    server: TestServer, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls past the byte cap of one POST are answered with an error asking for another POST; they spend nothing."""
+    from imagesvc.web import mcp_tools
+
+    monkeypatch.setattr(mcp_tools, "MAX_RESPONSE_BYTES", 64 * 1024)  # the demo books' answers are small
+    key, _ = free_key(data_dir)
+    quote = {"book_id": BOOK, "page": 1}
+    status, body = await rpc(server, [call(i, "get_quote", quote) for i in range(40)], Authorization=f"Bearer {key}")
+    assert status == 200 and len(body) == 40
+    answered = [reply for reply in body if not reply["result"]["isError"]]
+    refused = [reply["result"]["structuredContent"] for reply in body if reply["result"]["isError"]]
+    assert answered and refused, "the cap should cut this batch"
+    assert all(error["error"] == "invalid_request" and "another POST" in error["recovery"][0] for error in refused)
+    assert sum(len(json.dumps(reply, ensure_ascii=False)) for reply in answered) <= 64 * 1024
+    assert all(len(json.dumps(error)) < 1024 for error in refused)  # short: the whole POST stays near the cap
+    async with aiohttp.ClientSession() as http:
+        headers = {"Authorization": f"Bearer {key}"}
+        async with http.get(server.make_url("/api/rate_limit"), headers=headers) as resp:
+            quota = await resp.json()
+    assert quota["pools"]["text"]["used"] == len(answered)  # one page each, for the delivered quotes only

@@ -157,3 +157,36 @@ async def test_json_log_lines_carry_request_id_and_no_secrets(
     assert anonymous["caller_class"] == "anonymous"
     assert anonymous["subject"].startswith("ip:") and "127.0.0.1" not in anonymous["subject"]
     assert key not in json_log.getvalue()
+
+
+async def test_a_client_that_leaves_mid_download_is_a_499_not_a_500(
+    client: TestClient, data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reader that hangs up while its file is still being sent is logged and counted as 499, without a traceback."""
+    import asyncio
+    import struct
+
+    big = data_dir / "store" / "pub" / "big-test-file.jpg"
+    big.write_bytes(os.urandom(24 * 1024 * 1024))  # more than loopback socket buffers hold
+    caplog.set_level(logging.DEBUG)
+    loop = asyncio.get_running_loop()
+    for path in ("/img/big-test-file.jpg", "/img/big-test-file.jpg"):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a slow reader
+        sock.setblocking(False)
+        await loop.sock_connect(sock, (client.server.host, client.server.port))
+        await loop.sock_sendall(sock, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert (await loop.sock_recv(sock, 1024)).startswith(b"HTTP/1.1 200")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # hang up with a reset
+        sock.close()
+    requests = "imagesvc_http_requests_total"
+    samples: Samples = {}
+    for _ in range(100):
+        samples = await scrape(client)
+        if value(samples, requests, route="/img/{path}", method="GET", status="499") == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert value(samples, requests, route="/img/{path}", method="GET", status="499") == 2
+    assert value(samples, requests, route="/img/{path}", method="GET", status="200") == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
+    assert [getattr(r, "status", None) for r in caplog.records if r.name == "imagesvc.access"].count(499) == 2
