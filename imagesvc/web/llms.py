@@ -155,7 +155,8 @@ def llms_document(routes: Any, origin: str, base_path: str = "") -> str:
         "(protocol versions 2025-11-25, 2025-06-18, 2025-03-26), ping, tools/list, tools/call; a JSON array is a",
         "batch: at most 50 messages in a body of at most 256 KiB, each tools/call counted as one request against",
         "your request limit, answers up to 4 MiB a POST (later calls get an error result: send them again in another",
-        "POST). Ids are strings, integers or null. With include_images: true, image results add up to 4 thumbnails as image content. Example:",
+        "POST). Ids are strings, integers or null. With include_images: true, image results add up to 4 thumbnails",
+        "as image content. Example:",
         f"curl -s {base_url}/mcp -H 'Content-Type: application/json' "
         """-d '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'""",
         "",
