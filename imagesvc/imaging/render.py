@@ -15,6 +15,7 @@ from imagesvc.imaging.tiers import (
     decode,
     encode_jpeg,
     fit_size,
+    jpeg_frame,
     make_rendition,
     open_checked,
     oriented_size,
@@ -117,18 +118,20 @@ def render_page(
     fmt = header.format or "unknown"
     width, height = oriented_size(header)
     boxes = [pixel_box(i, bbox, width, height) for i, bbox in enumerate(bboxes)]
-    copy_full = fmt == "JPEG" and header.mode in _COPYABLE_JPEG_MODES
+    # An MPO (phones) is a JPEG followed by more frames: its first frame is the page, copied byte for byte.
+    copy_full = fmt in ("JPEG", "MPO") and header.mode in _COPYABLE_JPEG_MODES
+    full_bytes = master if fmt == "JPEG" else jpeg_frame(master)
     marked = mark is not None and max(width, height) >= spec.mark_min_side
     with rejecting("cannot derive tiers"):
         if copy_full and not marked and not boxes:
             # Nothing needs full-resolution pixels: decode at the smallest DCT scale that still covers display.
             _, rgb = decode(master, spec, longest=spec.display)
-            clean, public = _small_tiers_only(master, rgb, (width, height), spec)
+            clean, public = _small_tiers_only(full_bytes, rgb, (width, height), spec)
             return PageRenditions(fmt, width, height, clean, public, [])
         _, rgb = decode(master, spec)
         if rgb.size != (width, height):
             raise ImageRejected(f"decoded size {rgb.size} does not match the header size {(width, height)}")
-        clean, public, _ = _tiers(rgb, master if copy_full else None, spec, mark, full_pixels_exact=copy_full)
+        clean, public, _ = _tiers(rgb, full_bytes if copy_full else None, spec, mark, full_pixels_exact=copy_full)
         illustrations = []
         for index, box in enumerate(boxes):
             crop = rgb.crop(box)
