@@ -83,7 +83,8 @@ def _tiers(
     public: dict[str, Rendition] = {}
     for tier, rendition in clean.items():
         pixels = _decoded_clean(rendition, spec, full if tier == "full" and full_pixels_exact else None)
-        marked = apply_mark(pixels, mark)
+        # Freshly decoded pixels are ours to draw on: no second full-size copy of a large tier.
+        marked = apply_mark(pixels, mark, in_place=pixels is not full)
         public[tier] = make_rendition(tier, encode_jpeg(marked, spec.quality), marked.size)
     return clean, public, thumb
 

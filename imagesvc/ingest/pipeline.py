@@ -33,7 +33,7 @@ __all__ = ["DERIVATION_VERSION", "IngestSummary", "digest", "ingest", "render_fi
 log = logging.getLogger(__name__)
 
 # Bump when tier or mark rendering changes in a way that should re-derive every page.
-DERIVATION_VERSION = 1
+DERIVATION_VERSION = 2
 
 _FORMAT_EXT = {"JPEG": "jpg", "PNG": "png", "TIFF": "tif", "WEBP": "webp", "GIF": "gif", "BMP": "bmp"}
 
