@@ -9,9 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,12 +23,13 @@ async def _ingest(settings: Any, manifest_path: Path, progress: bool) -> dict[st
     from imagesvc.catalog import Catalog
     from imagesvc.ingest.manifest import load_manifest
     from imagesvc.ingest.pipeline import ingest
+    from imagesvc.ingest.workers import make_pool
     from imagesvc.storage import make_store
 
     manifest = load_manifest(manifest_path)
     store = make_store(settings)
     catalog = Catalog(settings.data_dir / "catalog.sqlite3")
-    pool = ProcessPoolExecutor(max_workers=settings.workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = make_pool(settings.workers)
     try:
         ensure = getattr(store, "ensure_bucket", None)
         if ensure is not None:
@@ -132,11 +131,12 @@ def cmd_index(settings: Any, args: argparse.Namespace) -> int:
 async def _rebake(settings: Any, books: list[str]) -> str:
     from imagesvc.catalog import Catalog
     from imagesvc.ingest.rebake import rebake_marks
+    from imagesvc.ingest.workers import make_pool
     from imagesvc.storage import make_store
 
     store = make_store(settings)
     catalog = Catalog(settings.data_dir / "catalog.sqlite3")
-    pool = ProcessPoolExecutor(max_workers=settings.workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = make_pool(settings.workers)
     try:
         summary = await rebake_marks(settings=settings, catalog=catalog, store=store, pool=pool, books=books or None)
     finally:
