@@ -16,7 +16,10 @@ from typing import Any
 
 from imagesvc.observability import write_run_summary
 
-__all__ = ["cmd_demo", "cmd_doctor", "cmd_index", "cmd_ingest", "cmd_keys", "cmd_marks", "cmd_snapshot"]
+# Exit status of ingest and demo when they finished but some pages were refused (documented in README and --help).
+EXIT_REFUSED = 3
+
+__all__ = ["EXIT_REFUSED", "cmd_demo", "cmd_doctor", "cmd_index", "cmd_ingest", "cmd_keys", "cmd_marks", "cmd_snapshot"]
 
 
 async def _ingest(settings: Any, manifest_path: Path, progress: bool) -> dict[str, Any]:
@@ -78,7 +81,7 @@ def cmd_snapshot(settings: Any, args: argparse.Namespace) -> int:
 def cmd_ingest(settings: Any, args: argparse.Namespace) -> int:
     result = asyncio.run(_ingest(settings, Path(args.manifest), progress=not args.quiet))
     _print_ingest(result, args.json)
-    return 0
+    return EXIT_REFUSED if result["refused"] else 0
 
 
 def _print_ingest(result: dict[str, Any], as_json: bool) -> None:
@@ -86,7 +89,10 @@ def _print_ingest(result: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(result, indent=2))
         return
     for refusal in result["refused"]:
-        print(f"refused: book {refusal['book']} page {refusal['page']}: {refusal['error']}", file=sys.stderr)
+        print(
+            f"refused ({refusal['reason']}): book {refusal['book']} page {refusal['page']}: {refusal['error']}",
+            file=sys.stderr,
+        )
     print(f"ingest: {result['line']}")
 
 
@@ -100,7 +106,7 @@ def cmd_demo(settings: Any, args: argparse.Namespace) -> int:
     manifest = generate(out)
     result = asyncio.run(_ingest(settings, manifest, progress=not args.quiet))
     _print_ingest(result, args.json)
-    return 0
+    return EXIT_REFUSED if result["refused"] else 0
 
 
 def cmd_index(settings: Any, args: argparse.Namespace) -> int:

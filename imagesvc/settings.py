@@ -125,6 +125,12 @@ class Settings:
     mark_min_side: int = _opt(600, "Images whose longest side is below this get no visible mark.", _positive_int)
     site_name: str = _opt("imagesvc demo library", "Site name written into visible marks.", str)
     workers: int = _opt(max(1, os.cpu_count() or 1), "Processes used for image work during ingest.", _positive_int)
+    ingest_memory_bytes: int = _opt(
+        0,
+        "Memory ingest may use for pixel work across all its workers, in bytes: pages are admitted by their estimated "
+        "cost (pixels x 10 bytes); a page that could never fit is refused (0: half of this machine's RAM).",
+        _non_negative_int,
+    )
     access_backend: str = _opt(
         "sqlite", "Where budgets and rate limits live: sqlite or redis.", _choice("sqlite", "redis")
     )

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 from PIL import Image
 
-from imagesvc.errors import ImageRejected
 from imagesvc.imaging import IllustrationRenditions, MarkSpec, PageRenditions, Rendition, TierSpec
 from imagesvc.imaging.hashing import perceptual_hashes
 from imagesvc.imaging.marks import apply_mark
+from imagesvc.imaging.refusals import refused
 from imagesvc.imaging.tiers import (
     decode,
     encode_jpeg,
@@ -38,8 +38,8 @@ def pixel_box(index: int, bbox: Sequence[float], width: int, height: int) -> tup
     ``index`` when the box is malformed or empty after clamping.
     """
     if len(bbox) != 4 or not all(isinstance(v, int | float) and math.isfinite(v) for v in bbox):
-        raise ImageRejected(
-            f"illustration {index}: bbox must be four finite numbers (x, y, width, height), got {bbox!r}"
+        raise refused(
+            "bad_region", f"illustration {index}: bbox must be four finite numbers (x, y, width, height), got {bbox!r}"
         )
     x, y, w, h = (float(v) for v in bbox)
     # The epsilon keeps float noise (0.5 + 0.4 = 0.9000000000000001) from adding a pixel row.
@@ -48,7 +48,7 @@ def pixel_box(index: int, bbox: Sequence[float], width: int, height: int) -> tup
     right = min(max(math.ceil((x + w) * width - _EPS), 0), width)
     bottom = min(max(math.ceil((y + h) * height - _EPS), 0), height)
     if right <= left or bottom <= top:
-        raise ImageRejected(f"illustration {index}: bbox {tuple(bbox)!r} is empty once clamped to the page")
+        raise refused("bad_region", f"illustration {index}: bbox {tuple(bbox)!r} is empty once clamped to the page")
     return left, top, right, bottom
 
 
@@ -131,7 +131,7 @@ def render_page(
             return PageRenditions(fmt, width, height, clean, public, [])
         _, rgb = decode(master, spec)
         if rgb.size != (width, height):
-            raise ImageRejected(f"decoded size {rgb.size} does not match the header size {(width, height)}")
+            raise refused("corrupt", f"decoded size {rgb.size} does not match the header size {(width, height)}")
         clean, public, _ = _tiers(rgb, full_bytes if copy_full else None, spec, mark, full_pixels_exact=copy_full)
         illustrations = []
         for index, box in enumerate(boxes):

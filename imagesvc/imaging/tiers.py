@@ -71,9 +71,9 @@ def rejecting(what: str) -> Iterator[None]:
     except OSError as exc:
         if "truncated" in str(exc):
             raise refused("truncated", f"{what}: the data ends before the image is complete") from exc
-        raise refused("corrupt", f"{what}: the image data is damaged ({type(exc).__name__})") from exc
+        raise refused("corrupt", f"{what}: the image data is damaged") from exc
     except Exception as exc:
-        raise refused("corrupt", f"{what}: the image data is damaged ({type(exc).__name__})") from exc
+        raise refused("corrupt", f"{what}: the image data is damaged") from exc
 
 
 def open_checked(data: bytes, spec: TierSpec) -> Image.Image:

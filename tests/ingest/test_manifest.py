@@ -88,3 +88,16 @@ def test_unreadable_manifest(tmp_path: Path) -> None:
         load_manifest(path)
     with pytest.raises(ManifestError, match="does not exist"):
         load_manifest(tmp_path / "nope.json")
+
+
+def test_schema_and_rule_problems_come_in_one_round(tmp_path: Path) -> None:
+    """An operator fixing a manifest must not be told about a second batch of problems after fixing the first."""
+    book = _book()
+    book["year"] = "1550"  # a schema problem
+    book["pages"].append({"number": 3, "image": "missing.jpg"})  # a rule problem
+    with pytest.raises(ManifestError) as info:
+        load_manifest(_write(tmp_path, {"version": 1, "books": [book, _book()]}))
+    text = "\n".join(info.value.problems)
+    assert 'book "herbal", field year' in text
+    assert "field image: no file at" in text
+    assert "the slug is used by an earlier book too" in text
