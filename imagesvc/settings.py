@@ -128,7 +128,7 @@ class Settings:
     ingest_memory_bytes: int = _opt(
         0,
         "Memory ingest may use for pixel work across all its workers, in bytes: pages are admitted by their estimated "
-        "cost (pixels x 10 bytes); a page that could never fit is refused (0: half of this machine's RAM).",
+        "cost (pixels x 12 bytes); a page that could never fit is refused (0: half of this machine's RAM).",
         _non_negative_int,
     )
     access_backend: str = _opt(

@@ -22,7 +22,7 @@ from PIL import Image
 
 from imagesvc.imaging.refusals import refused
 
-__all__ = ["check_covered", "jpeg_scans"]
+__all__ = ["check_covered", "first_scan", "jpeg_scans"]
 
 _JPEG_HUFFMAN_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7}
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
@@ -34,9 +34,25 @@ def _short(what: str, detail: str):
     return refused("truncated", f"the data ends before the image its header declares ({what}: {detail})")
 
 
-def jpeg_scans(data: bytes) -> int:
-    """How many scans (SOS markers) a JPEG holds; 0xFF 0xDA never occurs inside entropy-coded data."""
-    return data.count(b"\xff\xda")
+def first_scan(data: bytes) -> int:
+    """Offset of a JPEG's first SOS marker, found by walking the marker segments (an APP segment may hold a whole
+    thumbnail JPEG with its own SOS and EOI); -1 when there is none."""
+    pos = 2
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker == 0xDA:
+            return pos
+        pos += 2 + struct.unpack(">H", data[pos + 2 : pos + 4])[0]
+    return -1
+
+
+def jpeg_scans(frame: bytes) -> int:
+    """How many scans a JPEG frame holds: 0xFF 0xDA never occurs in entropy-coded data or the tables between scans."""
+    sos = first_scan(frame)
+    return frame.count(b"\xff\xda", sos) if sos >= 0 else 0
 
 
 def _check_jpeg(data: bytes) -> None:

@@ -14,11 +14,12 @@ from PIL import Image
 from imagesvc.errors import ImagesvcError
 from imagesvc.imaging import Rendition, TierSpec
 from imagesvc.imaging.colour import to_rgb
-from imagesvc.imaging.integrity import check_covered, jpeg_scans
+from imagesvc.imaging.integrity import check_covered, first_scan, jpeg_scans
 from imagesvc.imaging.refusals import refused
 
 __all__ = [
     "JPEG_MAX_SIDE",
+    "OPTIMIZE_MAX_PIXELS",
     "decode",
     "encode_jpeg",
     "fit_size",
@@ -31,6 +32,10 @@ __all__ = [
     "to_rgb",
 ]
 
+# Optimised Huffman tables make libjpeg keep every coefficient of the image (3 bytes a pixel at 4:2:0) and Pillow
+# allocate a 1-byte-a-pixel output buffer, for files a few percent smaller. Past this size (full tiers of large
+# plates) the standard tables are used and a full tier costs about 4 bytes a pixel less (docs/benchmarks.md).
+OPTIMIZE_MAX_PIXELS = 40_000_000
 # libjpeg cannot encode a side longer than this, so every tier (full included) must fit it.
 JPEG_MAX_SIDE = 65_500
 # Orientations 5-8 swap width and height.
@@ -120,7 +125,7 @@ def _orientation(img: Image.Image) -> int:
 
 def jpeg_frame(data: bytes) -> bytes:
     """The first JPEG of ``data``: everything up to the EOI after the first scan (an MPO's first frame)."""
-    sos = data.find(b"\xff\xda")
+    sos = first_scan(data)
     end = data.find(b"\xff\xd9", sos) if sos >= 0 else -1
     return data[: end + 2] if end >= 0 else data
 
@@ -213,9 +218,11 @@ def resize_to(img: Image.Image, size: tuple[int, int]) -> Image.Image:
 
 
 def encode_jpeg(img: Image.Image, quality: int) -> bytes:
-    """Encode RGB ``img`` with pinned settings (baseline, optimised Huffman tables, 4:2:0, no metadata)."""
+    """Encode RGB ``img`` with pinned settings (baseline, 4:2:0, no metadata; optimised Huffman tables up to
+    ``OPTIMIZE_MAX_PIXELS``)."""
     out = io.BytesIO()
-    img.save(out, "JPEG", quality=quality, optimize=True, progressive=False, subsampling=2)
+    optimize = img.width * img.height <= OPTIMIZE_MAX_PIXELS
+    img.save(out, "JPEG", quality=quality, optimize=optimize, progressive=False, subsampling=2)
     return out.getvalue()
 
 

@@ -17,10 +17,10 @@ from PIL import Image
 
 __all__ = ["BYTES_PER_PIXEL", "MemoryBudget", "default_budget", "estimate_cost"]
 
-# Peak bytes per pixel of one page's derivation (decode to 4-byte RGB, JPEG encode with optimised Huffman tables,
-# which buffers every coefficient, and the mark on the decoded clean copy), with headroom for palette and alpha
-# sources; measured by benchmarks/ingest_memory.py (docs/benchmarks.md).
-BYTES_PER_PIXEL = 10
+# Peak bytes per pixel of one page's derivation: the decoded 4-byte RGB image, then the JPEG encoder (with optimised
+# Huffman tables below 40 Mpx it buffers every coefficient), then the decoded clean full marked in place. Measured
+# by benchmarks/ingest_memory.py (docs/benchmarks.md): 9.2 at 231 Mpx, about 12 at 16-40 Mpx.
+BYTES_PER_PIXEL = 12
 _BASE = 64 << 20  # a worker's interpreter, Pillow and the fonts
 
 

@@ -9,12 +9,10 @@ Pixel work runs in a process pool across cores.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import time
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from imagesvc.imaging.refusals import NOT_HELD, REASONS, reason_of, refused
 from imagesvc.ingest.budget import MemoryBudget, default_budget, estimate_cost
 from imagesvc.ingest.manifest import Manifest
 from imagesvc.ingest.objects import clean_key, master_key, public_key, write_if_changed, write_immutable
+from imagesvc.ingest.work import IngestSummary, Refusal, digest, file_sha256, render_file
 from imagesvc.storage import ObjectStore
 
 __all__ = ["DERIVATION_VERSION", "IngestSummary", "Refusal", "digest", "ingest", "render_file", "tier_spec"]
@@ -38,66 +37,6 @@ log = logging.getLogger(__name__)
 DERIVATION_VERSION = 2
 
 _FORMAT_EXT = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png", "TIFF": "tif", "WEBP": "webp", "GIF": "gif", "BMP": "bmp"}
-
-
-@dataclass
-class IngestSummary:
-    """What one ingest run did."""
-
-    books: int = 0
-    books_skipped: int = 0
-    pages: int = 0
-    pages_rendered: int = 0
-    illustrations: int = 0
-    objects_written: int = 0
-    refused: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def line(self) -> str:
-        return (
-            f"{self.books} books ({self.books_skipped} unchanged), {self.pages} pages "
-            f"({self.pages_rendered} rendered), {self.illustrations} illustrations, "
-            f"{self.objects_written} objects written, {len(self.refused)} refused, {self.seconds:.1f} s"
-        )
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A page refused by a worker: the public reason word, our message, and the decoder's own words for the log."""
-
-    reason: str
-    message: str
-    detail: str = ""
-
-
-def render_file(path: str, spec: TierSpec, mark: MarkSpec | None, bboxes: list[tuple[float, float, float, float]]):
-    """Process-pool entry: read one master and derive everything from it; a refusal comes back as a ``Refusal``."""
-    from PIL import Image
-
-    from imagesvc.imaging.render import render_page
-
-    # Pillow's own bomb guard (process-wide, ~179 MP by default) would otherwise refuse what the setting allows.
-    Image.MAX_IMAGE_PIXELS = spec.max_pixels
-    try:
-        return render_page(Path(path).read_bytes(), spec, mark, bboxes)
-    except ImageRejected as exc:
-        cause = exc.__cause__
-        return Refusal(reason_of(exc), exc.message, f"{type(cause).__name__}: {cause}" if cause else "")
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 class _BookJob:
@@ -122,7 +61,7 @@ class _BookJob:
         for page in book["pages"]:
             if page.get("image"):
                 self.master_sha[page["number"]] = await asyncio.to_thread(
-                    _file_sha256, self.manifest.image_path(page["image"])
+                    file_sha256, self.manifest.image_path(page["image"])
                 )
         source_hash = digest(
             DERIVATION_VERSION,

@@ -154,3 +154,14 @@ def test_an_mpo_keeps_its_first_frame_byte_for_byte() -> None:
     full = page.clean["full"].data
     assert data.startswith(full) and full.endswith(b"\xff\xd9") and len(full) < len(data)
     assert pixels(full).size == (800, 600)  # a JPEG (its MPF segment still names the frames it came with)
+
+
+def test_a_jpeg_carrying_a_thumbnail_jpeg_in_an_app_segment_is_read_as_itself() -> None:
+    """Camera files hold an EXIF thumbnail (a whole JPEG, SOS and EOI included) before the image's own scan."""
+    page = encode(hostile.noisy((800, 600)), quality=85)
+    thumb = encode(hostile.noisy((160, 120), seed=2), quality=70)
+    segment = b"\xff\xef" + struct.pack(">H", len(thumb) + 2) + thumb
+    data = page[:2] + segment + page[2:]
+    rendered = render_page(data, SPEC, MARK, [])
+    assert (rendered.width, rendered.height) == (800, 600)
+    assert rendered.clean["full"].data == data  # still copied byte for byte

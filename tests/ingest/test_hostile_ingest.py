@@ -110,7 +110,8 @@ def test_objects_written_counts_every_object(hostile_run: dict[str, Any]) -> Non
 def test_a_page_over_the_memory_budget_is_refused_and_the_rest_goes_in(tmp_path: Path) -> None:
     small, large = encode(page_image(400, 300), quality=80), encode(page_image(3000, 2000), quality=80)
     manifest = _write_library(tmp_path / "src", [("small.jpg", small), ("large.jpg", large)], no_image=False)
-    # 3000x2000 at 10 bytes a pixel is about 60 MB; 400x300 about 1.2 MB: a 100 MB budget takes only the small one.
+    # With 64 MiB for the worker itself, 3000x2000 at 12 bytes a pixel needs ~139 MB, 400x300 ~69 MB: a 100 MB budget
+    # takes only the small one.
     summary = run_ingest(manifest, settings_for(tmp_path / "data", ingest_memory_bytes=100_000_000))
     assert [(r["page"], r["reason"]) for r in summary.refused] == [(2, "too_large")]
     assert "IMAGESVC_INGEST_MEMORY_BYTES" in summary.refused[0]["error"]
