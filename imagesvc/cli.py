@@ -59,7 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="imagesvc", description="Image and gallery service of a digital library.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="run the HTTP service").set_defaults(func=cmd_serve)
-    p = sub.add_parser("ingest", help="ingest the books and collections of a manifest")
+    p = sub.add_parser(
+        "ingest",
+        help="ingest the books and collections of a manifest",
+        description="Ingest the books and collections of a manifest (idempotent and resumable).",
+        epilog="exit status: 0 every page went in; 3 finished, but some pages were refused (each is listed on stderr "
+        "with its file and reason, and is image_unavailable); 1 the manifest or the store failed, nothing changed "
+        "for the books not reached; 2 bad settings.",
+    )
     p.add_argument("manifest", help="path to a manifest JSON file (format: README.md)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -9,28 +9,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from imagesvc.observability import write_run_summary
 
-__all__ = ["cmd_demo", "cmd_doctor", "cmd_index", "cmd_ingest", "cmd_keys", "cmd_marks", "cmd_snapshot"]
+# Exit status of ingest and demo when they finished but some pages were refused (documented in README and --help).
+EXIT_REFUSED = 3
+
+__all__ = ["EXIT_REFUSED", "cmd_demo", "cmd_doctor", "cmd_index", "cmd_ingest", "cmd_keys", "cmd_marks", "cmd_snapshot"]
 
 
 async def _ingest(settings: Any, manifest_path: Path, progress: bool) -> dict[str, Any]:
     from imagesvc.catalog import Catalog
     from imagesvc.ingest.manifest import load_manifest
     from imagesvc.ingest.pipeline import ingest
+    from imagesvc.ingest.workers import make_pool
     from imagesvc.storage import make_store
 
     manifest = load_manifest(manifest_path)
     store = make_store(settings)
     catalog = Catalog(settings.data_dir / "catalog.sqlite3")
-    pool = ProcessPoolExecutor(max_workers=settings.workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = make_pool(settings.workers)
     try:
         ensure = getattr(store, "ensure_bucket", None)
         if ensure is not None:
@@ -79,7 +81,7 @@ def cmd_snapshot(settings: Any, args: argparse.Namespace) -> int:
 def cmd_ingest(settings: Any, args: argparse.Namespace) -> int:
     result = asyncio.run(_ingest(settings, Path(args.manifest), progress=not args.quiet))
     _print_ingest(result, args.json)
-    return 0
+    return EXIT_REFUSED if result["refused"] else 0
 
 
 def _print_ingest(result: dict[str, Any], as_json: bool) -> None:
@@ -87,7 +89,10 @@ def _print_ingest(result: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(result, indent=2))
         return
     for refusal in result["refused"]:
-        print(f"refused: book {refusal['book']} page {refusal['page']}: {refusal['error']}", file=sys.stderr)
+        print(
+            f"refused ({refusal['reason']}): book {refusal['book']} page {refusal['page']}: {refusal['error']}",
+            file=sys.stderr,
+        )
     print(f"ingest: {result['line']}")
 
 
@@ -101,7 +106,7 @@ def cmd_demo(settings: Any, args: argparse.Namespace) -> int:
     manifest = generate(out)
     result = asyncio.run(_ingest(settings, manifest, progress=not args.quiet))
     _print_ingest(result, args.json)
-    return 0
+    return EXIT_REFUSED if result["refused"] else 0
 
 
 def cmd_index(settings: Any, args: argparse.Namespace) -> int:
@@ -132,11 +137,12 @@ def cmd_index(settings: Any, args: argparse.Namespace) -> int:
 async def _rebake(settings: Any, books: list[str]) -> str:
     from imagesvc.catalog import Catalog
     from imagesvc.ingest.rebake import rebake_marks
+    from imagesvc.ingest.workers import make_pool
     from imagesvc.storage import make_store
 
     store = make_store(settings)
     catalog = Catalog(settings.data_dir / "catalog.sqlite3")
-    pool = ProcessPoolExecutor(max_workers=settings.workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = make_pool(settings.workers)
     try:
         summary = await rebake_marks(settings=settings, catalog=catalog, store=store, pool=pool, books=books or None)
     finally:

@@ -130,6 +130,12 @@ class Settings:
     workers: int = _opt(
         max(1, os.cpu_count() or 1), "Processes used for image work during ingest and `imagesvc index`.", _positive_int
     )
+    ingest_memory_bytes: int = _opt(
+        0,
+        "Memory ingest may use for pixel work across all its workers, in bytes: pages are admitted by their estimated "
+        "cost (pixels x 12 bytes); a page that could never fit is refused (0: half of this machine's RAM).",
+        _non_negative_int,
+    )
     access_backend: str = _opt(
         "sqlite", "Where budgets and rate limits live: sqlite or redis.", _choice("sqlite", "redis")
     )

@@ -20,7 +20,7 @@ _FONT_PATHS = (
 MIN_FONT = 10
 _MAX_FONT = 120
 _FONT_PER_WIDTH = 0.014  # font px per image px: 28 px on a 2000 px display tier
-_MAX_BAND = 0.14  # the band never covers more than this share of the image height
+_MAX_BAND = 0.12  # the mark never covers more than this share of the image (height for a full-width band)
 _BAND_RGBA = (0, 0, 0, 100)
 _TEXT_RGBA = (255, 255, 255, 235)
 _STROKE_RGBA = (0, 0, 0, 150)
@@ -88,39 +88,70 @@ def _truncate(text: str, font: Font, stroke: int, room: float) -> str:
     return text.rstrip() + "…" if text else ""
 
 
-def apply_mark(img: Image.Image, mark: MarkSpec) -> Image.Image:
-    """Return a copy of RGB ``img`` with the mark drawn in a translucent band along its bottom edge.
-
-    The font scales with the width (``MIN_FONT`` to 120 px); text that does not fit is wrapped, then shortened to the
-    site and URL, then to the site alone, then truncated with an ellipsis. Deterministic for a given font file.
-    """
-    width, height = img.size
-    nominal = max(MIN_FONT, min(_MAX_FONT, round(width * _FONT_PER_WIDTH)))
-    variants = mark_lines(mark)
-    if not variants:  # nothing drawable was left after sanitising
-        return img.copy()
-    chosen, size = variants[-1], MIN_FONT
-    for index, lines in enumerate(variants):
-        last = index == len(variants) - 1
-        fitted = _layout(lines, nominal, width, height, MIN_FONT if last else max(MIN_FONT, round(nominal * 0.7)))
-        if fitted is not None:
-            chosen, size = lines, fitted
-            break
+def _overlay(lines: list[str], size: int, width: int) -> Image.Image:
+    """A translucent box ``width`` px wide holding ``lines`` centred at font ``size``."""
     font, stroke = _font(size), max(1, size // 14)
-    chosen = [_truncate(line, font, stroke, width - 2 * size) for line in chosen]
+    lines = [_truncate(line, font, stroke, width - 2 * size) for line in lines]
     line_height = round(size * 1.3)
-    band_height = min(height, len(chosen) * line_height + size)
-    overlay = Image.new("RGBA", (width, band_height), _BAND_RGBA)
+    overlay = Image.new("RGBA", (width, len(lines) * line_height + size), _BAND_RGBA)
     draw = ImageDraw.Draw(overlay)
-    y = (band_height - len(chosen) * line_height) / 2 + line_height / 2
-    for line in chosen:
+    y = size / 2 + line_height / 2
+    for line in lines:
         draw.text(
             (width / 2, y), line, font=font, fill=_TEXT_RGBA, anchor="mm", stroke_width=stroke, stroke_fill=_STROKE_RGBA
         )
         y += line_height
-    box = (0, height - band_height, width, height)
-    band = Image.alpha_composite(img.crop(box).convert("RGBA"), overlay).convert("RGB")
-    out = img.convert("RGB") if img.mode != "RGB" else img.copy()
+    return overlay
+
+
+def _compact(variants: list[list[str]], width: int, height: int, nominal: int) -> Image.Image | None:
+    """For plates too short for a full-width band: a box just wide enough for its text in the bottom-right corner,
+    turned upright along the right edge on tall narrow plates; None when no legible box fits the area share."""
+    room = _MAX_BAND * width * height
+    for lines in reversed(variants):  # the shortest text first: it leaves room for the largest type
+        size = nominal
+        while size >= MIN_FONT:
+            stroke = max(1, size // 14)
+            box_w = round(max(_width(line, _font(size), stroke) for line in lines)) + 2 * size
+            box_h = len(lines) * round(size * 1.3) + size
+            if box_w * box_h <= room:
+                if box_w <= width and box_h <= height:
+                    return _overlay(lines, size, box_w)
+                if box_h <= width and box_w <= height:
+                    return _overlay(lines, size, box_w).transpose(Image.Transpose.ROTATE_90)
+            size -= max(1, size // 12)
+    return None
+
+
+def apply_mark(img: Image.Image, mark: MarkSpec, *, in_place: bool = False) -> Image.Image:
+    """Return RGB ``img`` with the mark drawn in a translucent band along its bottom edge (a copy unless
+    ``in_place``, which spares a full-size copy of large tiers).
+
+    The font scales with the width (``MIN_FONT`` to 120 px); text that does not fit is wrapped, then shortened to the
+    site and URL, then to the site alone, then truncated with an ellipsis. The mark never covers more than
+    ``_MAX_BAND`` of the image area, whatever its aspect ratio: fold-outs and scrolls too short for a full-width band
+    get a box the size of the text in a corner (upright along the edge of tall ones), and an image too small for a
+    legible box (a few px high) gets none. Deterministic for a given font file.
+    """
+    out = img if in_place and img.mode == "RGB" else img.convert("RGB") if img.mode != "RGB" else img.copy()
+    width, height = out.size
+    nominal = max(MIN_FONT, min(_MAX_FONT, round(width * _FONT_PER_WIDTH)))
+    variants = mark_lines(mark)
+    if not variants:  # nothing drawable was left after sanitising
+        return out
+    overlay = None
+    for index, lines in enumerate(variants):
+        last = index == len(variants) - 1
+        fitted = _layout(lines, nominal, width, height, MIN_FONT if last else max(MIN_FONT, round(nominal * 0.7)))
+        if fitted is not None:
+            overlay = _overlay(lines, fitted, width)
+            break
+    if overlay is None:
+        overlay = _compact(variants, width, height, nominal)
+        if overlay is None:
+            return out
+    box = (width - overlay.width, height - overlay.height, width, height)
+    band = Image.alpha_composite(out.crop(box).convert("RGBA"), overlay).convert("RGB")
     out.paste(band, box[:2])
     return out
 

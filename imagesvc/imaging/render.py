@@ -7,14 +7,15 @@ from collections.abc import Sequence
 
 from PIL import Image
 
-from imagesvc.errors import ImageRejected
 from imagesvc.imaging import IllustrationRenditions, MarkSpec, PageRenditions, Rendition, TierSpec
 from imagesvc.imaging.hashing import perceptual_hashes
 from imagesvc.imaging.marks import apply_mark
+from imagesvc.imaging.refusals import refused
 from imagesvc.imaging.tiers import (
     decode,
     encode_jpeg,
     fit_size,
+    jpeg_frame,
     make_rendition,
     open_checked,
     oriented_size,
@@ -37,8 +38,8 @@ def pixel_box(index: int, bbox: Sequence[float], width: int, height: int) -> tup
     ``index`` when the box is malformed or empty after clamping.
     """
     if len(bbox) != 4 or not all(isinstance(v, int | float) and math.isfinite(v) for v in bbox):
-        raise ImageRejected(
-            f"illustration {index}: bbox must be four finite numbers (x, y, width, height), got {bbox!r}"
+        raise refused(
+            "bad_region", f"illustration {index}: bbox must be four finite numbers (x, y, width, height), got {bbox!r}"
         )
     x, y, w, h = (float(v) for v in bbox)
     # The epsilon keeps float noise (0.5 + 0.4 = 0.9000000000000001) from adding a pixel row.
@@ -47,24 +48,25 @@ def pixel_box(index: int, bbox: Sequence[float], width: int, height: int) -> tup
     right = min(max(math.ceil((x + w) * width - _EPS), 0), width)
     bottom = min(max(math.ceil((y + h) * height - _EPS), 0), height)
     if right <= left or bottom <= top:
-        raise ImageRejected(f"illustration {index}: bbox {tuple(bbox)!r} is empty once clamped to the page")
+        raise refused("bad_region", f"illustration {index}: bbox {tuple(bbox)!r} is empty once clamped to the page")
     return left, top, right, bottom
 
 
-def _decoded_clean(clean: Rendition, spec: TierSpec, pixels: Image.Image | None) -> Image.Image:
-    # Marks are drawn on the pixels a later decode of the stored clean tier gives, so `marks.rebake` reproduces the
-    # public tier byte for byte. `pixels` short-cuts that decode when the caller already holds exactly those pixels.
-    return pixels if pixels is not None else decode(clean.data, spec)[1]
-
-
 def _tiers(
-    full: Image.Image,
+    source: list[Image.Image],
     clean_full: bytes | None,
     spec: TierSpec,
     mark: MarkSpec | None,
     full_pixels_exact: bool,
 ) -> tuple[dict[str, Rendition], dict[str, Rendition], Image.Image]:
-    """Clean and public tiers of one oriented RGB image; returns (clean, public, thumb pixels)."""
+    """Clean and public tiers of one oriented RGB image; returns (clean, public, thumb pixels).
+
+    The image is handed over in ``source`` (emptied here) so that its full-size pixels can be dropped, or marked in
+    place, once the clean tiers are out: one full-size copy at a time, not three. Marks are drawn on the pixels a
+    later decode of the stored clean tier gives, so ``marks.rebake`` reproduces each public tier byte for byte;
+    ``full_pixels_exact`` says the image already is what decoding ``clean_full`` gives (a copied JPEG master).
+    """
+    full = source.pop()
     width, height = full.size
     if clean_full is None:
         clean_full = encode_jpeg(full, spec.quality)
@@ -80,11 +82,15 @@ def _tiers(
     if mark is None or max(width, height) < spec.mark_min_side:
         return clean, dict(clean), thumb
     public: dict[str, Rendition] = {}
-    for tier, rendition in clean.items():
-        pixels = _decoded_clean(rendition, spec, full if tier == "full" and full_pixels_exact else None)
-        marked = apply_mark(pixels, mark)
+    for tier in ("display", "thumb"):
+        marked = apply_mark(decode(clean[tier].data, spec)[1], mark, in_place=True)
         public[tier] = make_rendition(tier, encode_jpeg(marked, spec.quality), marked.size)
-    return clean, public, thumb
+    if not full_pixels_exact:
+        del full  # before the clean full is decoded: never two full-size images at once
+        full = decode(clean_full, spec)[1]
+    full = apply_mark(full, mark, in_place=True)
+    public["full"] = make_rendition("full", encode_jpeg(full, spec.quality), full.size)
+    return clean, {tier: public[tier] for tier in clean}, thumb
 
 
 def _small_tiers_only(
@@ -117,22 +123,25 @@ def render_page(
     fmt = header.format or "unknown"
     width, height = oriented_size(header)
     boxes = [pixel_box(i, bbox, width, height) for i, bbox in enumerate(bboxes)]
-    copy_full = fmt == "JPEG" and header.mode in _COPYABLE_JPEG_MODES
+    # An MPO (phones) is a JPEG followed by more frames: its first frame is the page, copied byte for byte.
+    copy_full = fmt in ("JPEG", "MPO") and header.mode in _COPYABLE_JPEG_MODES
+    full_bytes = master if fmt == "JPEG" else jpeg_frame(master)
     marked = mark is not None and max(width, height) >= spec.mark_min_side
     with rejecting("cannot derive tiers"):
         if copy_full and not marked and not boxes:
             # Nothing needs full-resolution pixels: decode at the smallest DCT scale that still covers display.
             _, rgb = decode(master, spec, longest=spec.display)
-            clean, public = _small_tiers_only(master, rgb, (width, height), spec)
+            clean, public = _small_tiers_only(full_bytes, rgb, (width, height), spec)
             return PageRenditions(fmt, width, height, clean, public, [])
-        _, rgb = decode(master, spec)
+        rgb = decode(master, spec)[1]  # not the header image too: it may hold the same pixels
         if rgb.size != (width, height):
-            raise ImageRejected(f"decoded size {rgb.size} does not match the header size {(width, height)}")
-        clean, public, _ = _tiers(rgb, master if copy_full else None, spec, mark, full_pixels_exact=copy_full)
-        illustrations = []
+            raise refused("corrupt", f"decoded size {rgb.size} does not match the header size {(width, height)}")
+        illustrations = []  # first, while the page's pixels are whole: the page's public full is marked in place
         for index, box in enumerate(boxes):
-            crop = rgb.crop(box)
-            crop_clean, crop_public, thumb = _tiers(crop, None, spec, mark, full_pixels_exact=False)
+            crop_clean, crop_public, thumb = _tiers([rgb.crop(box)], None, spec, mark, full_pixels_exact=False)
             phash, dhash = perceptual_hashes(thumb)
             illustrations.append(IllustrationRenditions(index, crop_clean, crop_public, phash, dhash))
+        source = [rgb]
+        del rgb  # _tiers holds the only reference and frees it as soon as it can
+        clean, public, _ = _tiers(source, full_bytes if copy_full else None, spec, mark, full_pixels_exact=copy_full)
     return PageRenditions(fmt, width, height, clean, public, illustrations)

@@ -7,19 +7,23 @@ import io
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
 
-import numpy as np
-from PIL import Image, ImageCms
+import PIL
+from PIL import Image
 
-from imagesvc.errors import ImageRejected, ImagesvcError
+from imagesvc.errors import ImagesvcError
 from imagesvc.imaging import Rendition, TierSpec
+from imagesvc.imaging.colour import to_rgb
+from imagesvc.imaging.integrity import check_covered, first_scan, jpeg_scans
+from imagesvc.imaging.refusals import refused
 
 __all__ = [
     "JPEG_MAX_SIDE",
+    "OPTIMIZE_MAX_PIXELS",
     "decode",
     "encode_jpeg",
     "fit_size",
+    "jpeg_frame",
     "make_rendition",
     "open_checked",
     "oriented_size",
@@ -28,11 +32,16 @@ __all__ = [
     "to_rgb",
 ]
 
+# Optimised Huffman tables make libjpeg keep every coefficient of the image (3 bytes a pixel at 4:2:0) and Pillow
+# allocate a 1-byte-a-pixel output buffer, for files a few percent smaller. Past this size (full tiers of large
+# plates) the standard tables are used and a full tier costs about 4 bytes a pixel less (docs/benchmarks.md).
+OPTIMIZE_MAX_PIXELS = 40_000_000
 # libjpeg cannot encode a side longer than this, so every tier (full included) must fit it.
 JPEG_MAX_SIDE = 65_500
 # Orientations 5-8 swap width and height.
 _SWAPPING_ORIENTATIONS = {5, 6, 7, 8}
-_ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
+# Pillow 13 applies a TIFF's orientation tag while loading it (and reports the oriented size from the header on).
+_ORIENTED_ON_LOAD = {"TIFF"} if int(PIL.__version__.split(".")[0]) >= 13 else set()
 _TRANSPOSE = {
     2: Image.Transpose.FLIP_LEFT_RIGHT,
     3: Image.Transpose.ROTATE_180,
@@ -46,62 +55,111 @@ _TRANSPOSE = {
 
 @contextmanager
 def rejecting(what: str) -> Iterator[None]:
-    """Translate any foreign exception raised inside into ``ImageRejected`` naming ``what`` failed.
+    """Translate any foreign exception raised inside into ``ImageRejected`` saying ``what`` failed, with a reason.
 
     Pillow's plugins raise OSError, SyntaxError, ValueError, struct.error, EOFError and more for bad data; none of
-    them may escape ``imaging``. Our own errors pass through untouched.
+    them may escape ``imaging``, and their wording is not passed on (the exception stays chained for the log).
+    Our own errors pass through untouched.
     """
     try:
         yield
     except ImagesvcError:
         raise
     except Image.DecompressionBombError as exc:
-        raise ImageRejected(f"{what}: refused as a decompression bomb ({exc})") from exc
+        raise refused("too_large", f"{what}: the image declares more pixels than this service accepts") from exc
     except Image.UnidentifiedImageError as exc:
-        raise ImageRejected(f"{what}: not a recognised image format (JPEG, PNG, TIFF, WebP, ...)") from exc
-    except MemoryError as exc:
-        raise ImageRejected(f"{what}: not enough memory to decode the image") from exc
-    except Exception as exc:
-        raise ImageRejected(
-            f"{what}: corrupt, truncated or unsupported image data ({type(exc).__name__}: {exc})"
+        raise refused(
+            "unsupported_format", f"{what}: not a recognised image format (JPEG, PNG, TIFF, WebP, GIF, BMP)"
         ) from exc
+    except MemoryError as exc:
+        raise refused("too_large", f"{what}: not enough memory to decode the image") from exc
+    except OSError as exc:
+        if "truncated" in str(exc):
+            raise refused("truncated", f"{what}: the data ends before the image is complete") from exc
+        raise refused("corrupt", f"{what}: the image data is damaged") from exc
+    except Exception as exc:
+        raise refused("corrupt", f"{what}: the image data is damaged") from exc
 
 
 def open_checked(data: bytes, spec: TierSpec) -> Image.Image:
-    """Open ``data`` lazily (header only) and refuse it before any pixel is decoded if it is too large.
+    """Open ``data`` lazily (header only) and refuse it before any pixel is decoded if it is too large or its data
+    cannot cover its declared size (``integrity.check_covered``).
 
     Raises ``ImageRejected`` for unreadable headers, more than ``spec.max_pixels`` pixels, or a side JPEG cannot hold.
     """
+    limit = f"the limit is {spec.max_pixels:,} pixels (IMAGESVC_MAX_IMAGE_PIXELS)"
     with rejecting("cannot read the image header"), warnings.catch_warnings():
-        # Pillow's own bomb warning uses a process-wide limit; ours (spec.max_pixels) is checked just below instead.
+        # Pillow's own bomb guard is process-wide; ours (spec.max_pixels) is checked just below instead.
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
             img = Image.open(io.BytesIO(data))
-        except Image.DecompressionBombError as exc:  # beyond 2x Image.MAX_IMAGE_PIXELS: Pillow refuses first
-            raise ImageRejected(
-                f"image refused as a decompression bomb: {exc} (this service's limit is {spec.max_pixels:,} pixels)",
-                details={"max_pixels": spec.max_pixels},
-            ) from exc
+        except Image.DecompressionBombError as exc:  # Pillow refuses sizes far past its own limit before we can
+            raise refused("too_large", f"refused as a decompression bomb: {limit}", max_pixels=spec.max_pixels) from exc
     width, height = img.size
     if width <= 0 or height <= 0:
-        raise ImageRejected(f"image has an empty pixel size {width}x{height}")
+        raise refused("corrupt", f"the header declares an empty pixel size {width}x{height}")
     if width * height > spec.max_pixels:
-        raise ImageRejected(
-            f"image refused as a decompression bomb: {width}x{height} = {width * height:,} pixels "
-            f"exceeds the limit of {spec.max_pixels:,} pixels",
-            details={"width": width, "height": height, "max_pixels": spec.max_pixels},
+        raise refused(
+            "too_large",
+            f"refused as a decompression bomb: {width}x{height} = {width * height:,} pixels; {limit}",
+            width=width,
+            height=height,
+            max_pixels=spec.max_pixels,
         )
     if max(width, height) > JPEG_MAX_SIDE:
-        raise ImageRejected(f"image side {max(width, height)} px exceeds the JPEG limit of {JPEG_MAX_SIDE} px")
+        raise refused("too_large", f"image side {max(width, height)} px exceeds the JPEG limit of {JPEG_MAX_SIDE} px")
+    check_covered(data, img)
     return img
 
 
 def _orientation(img: Image.Image) -> int:
+    """The EXIF orientation still to apply to ``img``'s pixels (1 when none, or when Pillow applies it on load)."""
+    if img.format in _ORIENTED_ON_LOAD:
+        return 1
     try:
         value = img.getexif().get(0x0112, 1)
     except Exception:  # an unreadable EXIF block means "no orientation", not a bad image
         return 1
     return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def jpeg_frame(data: bytes) -> bytes:
+    """The first JPEG of ``data``: everything up to the EOI after the first scan (an MPO's first frame)."""
+    sos = first_scan(data)
+    end = data.find(b"\xff\xd9", sos) if sos >= 0 else -1
+    return data[: end + 2] if end >= 0 else data
+
+
+def _load_jpeg_exactly(img: Image.Image, longest: int | None) -> None:
+    """Decode a one-scan JPEG opened by ``_unterminated``, proving that its last row came from the data.
+
+    libjpeg pads a scan that ends early with grey and only warns (Pillow drops the warning). Without its EOI marker,
+    the decoder instead runs out of input: a complete scan has delivered its last row by then, a short one has not.
+    The buffer is pre-filled with a sentinel colour to tell the two apart.
+    """
+    if longest is not None and max(img.size) > longest:
+        img.draft("RGB", fit_size(*img.size, longest))
+    sentinel = {"L": (7,), "RGB": (7, 251, 3), "CMYK": (7, 251, 3, 9)}.get(img.mode)
+    if sentinel is None:
+        img.load()
+        return
+    img.im = Image.core.fill(img.mode, img.size, sentinel if len(sentinel) > 1 else sentinel[0])
+    try:
+        img.load()
+    except OSError as exc:
+        if "truncated" not in str(exc):
+            raise
+    img.tile = []
+    last = img.crop((0, img.height - 1, img.width, img.height))
+    extrema = last.getextrema() if len(sentinel) > 1 else (last.getextrema(),)
+    if extrema == tuple((v, v) for v in sentinel):
+        raise refused("truncated", "the JPEG data ends before the image its header declares is complete")
+
+
+def _unterminated(frame: bytes) -> bytes:
+    # The EOI goes, and a few zero bytes stand in for the look-ahead libjpeg needs to emit the last rows of a
+    # complete scan (measured: 16 are enough); as entropy data they decode to a few blocks at most.
+    return frame[:-2] + bytes(16)
 
 
 def decode(data: bytes, spec: TierSpec, *, longest: int | None = None) -> tuple[Image.Image, Image.Image]:
@@ -113,12 +171,16 @@ def decode(data: bytes, spec: TierSpec, *, longest: int | None = None) -> tuple[
     img = open_checked(data, spec)
     with rejecting("cannot decode the image"), warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-        if longest is not None and img.format == "JPEG" and max(img.size) > longest:
-            raw_w, raw_h = img.size  # draft sizes are in stored (unrotated) coordinates
-            img.draft("RGB", fit_size(raw_w, raw_h, longest))
+        if img.format in ("JPEG", "MPO"):
+            frame = jpeg_frame(data)
+            if jpeg_scans(frame) == 1 and frame.endswith(b"\xff\xd9"):
+                img = Image.open(io.BytesIO(_unterminated(frame)))
+                _load_jpeg_exactly(img, longest)
+            elif longest is not None and max(img.size) > longest:
+                img.draft("RGB", fit_size(*img.size, longest))
         img.load()
-        rgb = to_rgb(img)
         method = _TRANSPOSE.get(_orientation(img))
+        rgb = to_rgb(img)
         if method is not None:  # the same mapping as ImageOps.exif_transpose, applied to the converted pixels
             rgb = rgb.transpose(method)
     return img, rgb
@@ -128,73 +190,6 @@ def oriented_size(img: Image.Image) -> tuple[int, int]:
     """The header size of ``img`` after EXIF orientation."""
     width, height = img.size
     return (height, width) if _orientation(img) in _SWAPPING_ORIENTATIONS else (width, height)
-
-
-@cache
-def _srgb() -> ImageCms.ImageCmsProfile:
-    return ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB"))
-
-
-def _apply_icc(img: Image.Image) -> Image.Image | None:
-    """Convert an ICC-tagged RGB/CMYK/L image to sRGB; None when there is no usable, non-sRGB profile."""
-    icc = img.info.get("icc_profile")
-    if not icc or img.mode not in ("RGB", "CMYK", "L"):
-        return None
-    try:
-        profile = ImageCms.ImageCmsProfile(io.BytesIO(icc))
-        if "srgb" in (ImageCms.getProfileDescription(profile) or "").lower():
-            return None  # already sRGB: converting would only cost time
-        return ImageCms.profileToProfile(
-            img, profile, _srgb(), renderingIntent=ImageCms.Intent.PERCEPTUAL, outputMode="RGB"
-        )
-    except (OSError, ImageCms.PyCMSError, ValueError):
-        # A broken profile, or one whose colour space does not match the pixels: fall back to plain conversion.
-        return None
-
-
-def _gray16_to_l(img: Image.Image) -> Image.Image:
-    arr = np.asarray(img)
-    if img.mode == "F":
-        arr = np.nan_to_num(arr.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
-        peak = float(arr.max(initial=0.0))
-        # Floats in 0-1 are normalised intensities; larger ones are treated as 8- or 16-bit sample values.
-        scale = 255.0 if peak <= 1.0 else 1.0 if peak <= 255.0 else 255.0 / 65535.0
-        out = np.clip(np.rint(arr * scale), 0, 255)
-    else:
-        wide = arr.astype(np.int64)
-        peak = int(wide.max(initial=0))
-        if img.mode == "I" and peak <= 255:
-            out = np.clip(wide, 0, 255)
-        else:  # 16-bit samples: scale 0-65535 to 0-255 with rounding
-            out = (np.clip(wide, 0, 65535) * 255 + 32767) // 65535
-    return Image.fromarray(out.astype(np.uint8), "L")
-
-
-def _flatten(img: Image.Image) -> Image.Image:
-    rgba = img.convert("RGBA")
-    background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-    return Image.alpha_composite(background, rgba).convert("RGB")
-
-
-def to_rgb(img: Image.Image) -> Image.Image:
-    """Convert a decoded image of any supported mode to 8-bit sRGB ``RGB``; alpha is flattened onto white.
-
-    ICC profiles are honoured for RGB, CMYK and L images; 16-bit and float grayscale is scaled to 8 bits.
-    """
-    converted = _apply_icc(img)
-    if converted is not None:
-        return converted
-    mode = img.mode
-    if mode == "RGB":
-        return img.copy() if img.info.get("icc_profile") else img
-    if (mode == "P" and "transparency" in img.info) or mode in _ALPHA_MODES:
-        return _flatten(img)
-    if mode.startswith("I") or mode == "F":
-        return _gray16_to_l(img).convert("RGB")
-    if mode == "LAB":
-        lab = ImageCms.ImageCmsProfile(ImageCms.createProfile("LAB"))
-        return ImageCms.profileToProfile(img, lab, _srgb(), outputMode="RGB")
-    return img.convert("RGB")
 
 
 def fit_size(width: int, height: int, longest: int) -> tuple[int, int]:
@@ -223,9 +218,11 @@ def resize_to(img: Image.Image, size: tuple[int, int]) -> Image.Image:
 
 
 def encode_jpeg(img: Image.Image, quality: int) -> bytes:
-    """Encode RGB ``img`` with pinned settings (baseline, optimised Huffman tables, 4:2:0, no metadata)."""
+    """Encode RGB ``img`` with pinned settings (baseline, 4:2:0, no metadata; optimised Huffman tables up to
+    ``OPTIMIZE_MAX_PIXELS``)."""
     out = io.BytesIO()
-    img.save(out, "JPEG", quality=quality, optimize=True, progressive=False, subsampling=2)
+    optimize = img.width * img.height <= OPTIMIZE_MAX_PIXELS
+    img.save(out, "JPEG", quality=quality, optimize=optimize, progressive=False, subsampling=2)
     return out.getvalue()
 
 

@@ -77,41 +77,57 @@ def _where(doc: dict[str, Any], path: list[str | int]) -> str:
     return ", ".join(parts) or "top level"
 
 
+def _items(value: Any) -> list[dict[str, Any]]:
+    """The dict entries of a list (what the schema errors already named is skipped, not crashed on)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _semantic_problems(doc: dict[str, Any], base: Path) -> list[str]:
+    """The rules a schema cannot state, checked on whatever parts of ``doc`` are well-formed enough to read."""
     problems: list[str] = []
     seen_slugs: set[str] = set()
-    illus: set[tuple[str, int, int]] = set()
-    for book in doc["books"]:
-        slug = book["slug"]
+    illus: set[tuple[Any, Any, int]] = set()
+    for book in _items(doc.get("books")):
+        slug = book.get("slug")
         if slug in seen_slugs:
             problems.append(f'book "{slug}": the slug is used by an earlier book too')
-        seen_slugs.add(slug)
-        numbers: set[int] = set()
-        for page in book["pages"]:
-            n = page["number"]
+        if isinstance(slug, str):
+            seen_slugs.add(slug)
+        numbers: set[Any] = set()
+        for page in _items(book.get("pages")):
+            n = page.get("number")
             if n in numbers:
                 problems.append(f'book "{slug}", page {n}: the page number appears twice')
-            numbers.add(n)
+            if isinstance(n, int):
+                numbers.add(n)
             image = page.get("image")
-            if image is not None and not (base / image).is_file():
+            if isinstance(image, str) and not (base / image).is_file():
                 problems.append(f'book "{slug}", page {n}, field image: no file at {base / image}')
-            for i, ill in enumerate(page.get("illustrations", [])):
-                box = ill["bbox"]
-                if box["x"] + box["width"] > 1.0001 or box["y"] + box["height"] > 1.0001:
+            for i, ill in enumerate(_items(page.get("illustrations"))):
+                box = ill.get("bbox") if isinstance(ill.get("bbox"), dict) else {}
+                if all(_number(box.get(k)) for k in ("x", "y", "width", "height")) and (
+                    box["x"] + box["width"] > 1.0001 or box["y"] + box["height"] > 1.0001
+                ):
                     problems.append(f'book "{slug}", page {n}, field illustrations[{i}].bbox: extends past the page')
                 if image is None:
                     problems.append(f'book "{slug}", page {n}, field illustrations[{i}]: the page has no image')
                 illus.add((slug, n, i))
-        for chapter in book.get("chapters", []):
-            if chapter["page"] not in numbers:
-                problems.append(f'book "{slug}", field chapters: chapter "{chapter["title"]}" starts on a missing page')
-    for col in doc.get("collections", []):
-        refs = [*col["items"], *([col["cover"]] if "cover" in col else [])]
-        for ref in refs:
-            if (ref["book"], ref["page"], ref["index"]) not in illus:
+        for chapter in _items(book.get("chapters")):
+            if chapter.get("page") not in numbers:
                 problems.append(
-                    f'collection "{col["slug"]}": no illustration {ref["index"]} '
-                    f'on page {ref["page"]} of "{ref["book"]}"'
+                    f'book "{slug}", field chapters: chapter "{chapter.get("title")}" starts on a missing page'
+                )
+    for col in _items(doc.get("collections")):
+        refs = [*_items(col.get("items")), *_items([col.get("cover")])]
+        for ref in refs:
+            if (ref.get("book"), ref.get("page"), ref.get("index")) not in illus:
+                problems.append(
+                    f'collection "{col.get("slug")}": no illustration {ref.get("index")} '
+                    f'on page {ref.get("page")} of "{ref.get("book")}"'
                 )
     return problems
 
@@ -127,9 +143,9 @@ def load_manifest(path: Path | str) -> Manifest:
         raise ManifestError(path, [f"not valid JSON: {exc}"]) from exc
     validator = jsonschema.Draft202012Validator(manifest_schema())
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        raise ManifestError(path, [f"{_where(doc, list(e.absolute_path))}: {e.message}" for e in errors])
-    problems = _semantic_problems(doc, path.parent)
+    problems = [f"{_where(doc, list(e.absolute_path))}: {e.message}" for e in errors]
+    if isinstance(doc, dict):  # every problem in one round: schema and rules alike
+        problems += _semantic_problems(doc, path.parent)
     if problems:
         raise ManifestError(path, problems)
     ids: dict[str, str] = {}

@@ -9,12 +9,10 @@ Pixel work runs in a process pool across cores.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import time
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,68 +22,21 @@ from imagesvc.catalog import Catalog, illustration_id, page_id
 from imagesvc.catalog import writes as w
 from imagesvc.errors import ImageRejected
 from imagesvc.imaging import MarkSpec, PageRenditions, Rendition, TierSpec
+from imagesvc.imaging.refusals import NOT_HELD, REASONS, reason_of, refused
+from imagesvc.ingest.budget import MemoryBudget, default_budget, estimate_cost
 from imagesvc.ingest.manifest import Manifest
 from imagesvc.ingest.objects import clean_key, master_key, public_key, write_if_changed, write_immutable
+from imagesvc.ingest.work import IngestSummary, Refusal, digest, file_sha256, render_file
 from imagesvc.storage import ObjectStore
 
-__all__ = ["DERIVATION_VERSION", "IngestSummary", "digest", "ingest", "render_file", "tier_spec"]
+__all__ = ["DERIVATION_VERSION", "IngestSummary", "Refusal", "digest", "ingest", "render_file", "tier_spec"]
 
 log = logging.getLogger(__name__)
 
 # Bump when tier or mark rendering changes in a way that should re-derive every page.
-DERIVATION_VERSION = 1
+DERIVATION_VERSION = 2
 
-_FORMAT_EXT = {"JPEG": "jpg", "PNG": "png", "TIFF": "tif", "WEBP": "webp", "GIF": "gif", "BMP": "bmp"}
-
-
-@dataclass
-class IngestSummary:
-    """What one ingest run did."""
-
-    books: int = 0
-    books_skipped: int = 0
-    pages: int = 0
-    pages_rendered: int = 0
-    illustrations: int = 0
-    objects_written: int = 0
-    refused: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def line(self) -> str:
-        return (
-            f"{self.books} books ({self.books_skipped} unchanged), {self.pages} pages "
-            f"({self.pages_rendered} rendered), {self.illustrations} illustrations, "
-            f"{self.objects_written} objects written, {len(self.refused)} refused, {self.seconds:.1f} s"
-        )
-
-
-def render_file(path: str, spec: TierSpec, mark: MarkSpec | None, bboxes: list[tuple[float, float, float, float]]):
-    """Process-pool entry: read one master and derive everything from it; a refusal comes back as its message."""
-    from PIL import Image
-
-    from imagesvc.imaging.render import render_page
-
-    # Pillow's own bomb guard (process-wide, ~179 MP by default) would otherwise refuse what the setting allows.
-    Image.MAX_IMAGE_PIXELS = spec.max_pixels
-    try:
-        return render_page(Path(path).read_bytes(), spec, mark, bboxes)
-    except ImageRejected as exc:
-        return exc.message
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def digest(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+_FORMAT_EXT = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png", "TIFF": "tif", "WEBP": "webp", "GIF": "gif", "BMP": "bmp"}
 
 
 class _BookJob:
@@ -110,7 +61,7 @@ class _BookJob:
         for page in book["pages"]:
             if page.get("image"):
                 self.master_sha[page["number"]] = await asyncio.to_thread(
-                    _file_sha256, self.manifest.image_path(page["image"])
+                    file_sha256, self.manifest.image_path(page["image"])
                 )
         source_hash = digest(
             DERIVATION_VERSION,
@@ -122,6 +73,7 @@ class _BookJob:
         )
         current = ctx.catalog.find_book(book["id"])
         if current is not None and current["source_hash"] == source_hash:
+            self._still_refused()
             ctx.summary.books_skipped += 1
             ctx.summary.pages += len(book["pages"])
             ctx.summary.illustrations += sum(len(p.get("illustrations", [])) for p in book["pages"] if p.get("image"))
@@ -137,6 +89,22 @@ class _BookJob:
         # Objects the book no longer refers to (re-derived pages) go only after the new rows are committed.
         for key in old_keys - self._stored_keys():
             await ctx.store.delete(key)
+
+    def _still_refused(self) -> None:
+        """An unchanged book is skipped whole, but its refused pages are still missing: report them again."""
+        images = {p["number"]: p.get("image") for p in self.book["pages"]}
+        for page in self.ctx.catalog.pages(self.book["id"]):
+            reason = page["unavailable_reason"]
+            if page["image_unavailable"] and reason in REASONS:
+                path = self.manifest.image_path(images[page["number"]])
+                message = f"still refused ({reason}): the master is unchanged since it was refused"
+                self._refuse(page["number"], path, reason, message)
+
+    def _refuse(self, number: int, path: Path | None, reason: str, message: str) -> None:
+        where = str(path) if path is not None else "(no file)"
+        self.ctx.summary.refused.append(
+            {"book": self.book["slug"], "page": number, "file": where, "reason": reason, "error": f"{where}: {message}"}
+        )
 
     def _stored_keys(self) -> set[str]:
         cat = self.ctx.catalog
@@ -159,7 +127,7 @@ class _BookJob:
             "translation": page.get("translation"),
             "original": page.get("original"),
             "image_unavailable": 1,
-            "unavailable_reason": "no copy of this page is held",
+            "unavailable_reason": NOT_HELD,
             "master_key": None,
             "master_sha256": None,
             "master_format": None,
@@ -168,6 +136,7 @@ class _BookJob:
             "height": None,
         }
         illus_meta = page.get("illustrations", [])
+        path = self.manifest.image_path(page["image"]) if page.get("image") else None
         try:
             if number not in self.master_sha:
                 return row, {}, []
@@ -179,10 +148,17 @@ class _BookJob:
                 renditions, hashes, prev = reused
                 row.update({k: prev[k] for k in ("master_key", "master_sha256", "master_format", "width", "height")})
             else:
-                path = self.manifest.image_path(page["image"])
-                result = await ctx.render(str(path), mark, bboxes)
-                if isinstance(result, str):
-                    raise ImageRejected(result)
+                result = await ctx.render(path, mark, bboxes)
+                if isinstance(result, Refusal):
+                    log.warning(
+                        "book %s page %s: %s refused: %s [%s]",
+                        book["slug"],
+                        number,
+                        path,
+                        result.message,
+                        result.detail,
+                    )
+                    raise refused(result.reason, result.message)
                 master = await asyncio.to_thread(path.read_bytes)
                 renditions, hashes = await self._store(pid, number, master, result)
                 row.update(
@@ -201,9 +177,10 @@ class _BookJob:
             ctx.summary.illustrations += len(illus)
             return row, renditions, illus
         except ImageRejected as exc:
-            ctx.summary.refused.append({"book": book["slug"], "page": number, "error": exc.message})
-            log.debug("book %s page %s refused: %s", book["slug"], number, exc.message)
-            row["unavailable_reason"] = f"the master image was refused at ingest: {exc.message}"
+            # The public row gets the reason word only; the message (and the decoder's words) go to the operator.
+            reason = reason_of(exc)
+            self._refuse(number, path, reason, exc.message)
+            row["unavailable_reason"] = reason
             return row, {}, []
         finally:
             ctx.summary.pages += 1
@@ -252,7 +229,8 @@ class _BookJob:
             renditions[iid] = {}
             add(iid, ill.clean, ill.public, iid)
             hashes[iid] = {"phash": ill.phash, "dhash": ill.dhash, "content_sha256": ill.clean["full"].sha256}
-        summary.objects_written += sum(await asyncio.gather(*writes))
+        written = sum(await asyncio.gather(*writes))
+        summary.objects_written += written  # read only after the writes: `x += await ...` would lose counts
         return renditions, hashes
 
 
@@ -266,11 +244,24 @@ class _Context:
     summary: IngestSummary
     bar: Any
     slots: asyncio.Semaphore
+    budget: MemoryBudget
 
-    async def render(self, path: str, mark: MarkSpec, bboxes: list[tuple[float, float, float, float]]):
-        async with self.slots:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.pool, render_file, path, self.spec, mark, bboxes)
+    async def render(self, path: Path, mark: MarkSpec, bboxes: list[tuple[float, float, float, float]]):
+        """Derive one page in the pool once its estimated memory fits the budget; a ``Refusal`` when it never can."""
+        cost = await asyncio.to_thread(estimate_cost, path)
+        if not self.budget.fits_alone(cost):
+            return Refusal(
+                "too_large",
+                f"deriving its tiers needs about {cost / 2**30:.1f} GiB, more than the ingest memory budget of "
+                f"{self.budget.total / 2**30:.1f} GiB (IMAGESVC_INGEST_MEMORY_BYTES)",
+            )
+        await self.budget.acquire(cost)
+        try:
+            async with self.slots:
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(self.pool, render_file, str(path), self.spec, mark, bboxes)
+        finally:
+            await self.budget.release(cost)
 
 
 def tier_spec(settings: Any) -> TierSpec:
@@ -306,6 +297,7 @@ async def ingest(
             summary=summary,
             bar=bar,
             slots=asyncio.Semaphore(max(2, settings.workers * 2)),
+            budget=MemoryBudget(getattr(settings, "ingest_memory_bytes", 0) or default_budget()),
         )
         for book in manifest.books:
             await _BookJob(book, manifest, ctx).run()

@@ -8,6 +8,7 @@ import pytest
 
 from imagesvc.errors import ImageRejected
 from imagesvc.imaging import TierSpec
+from imagesvc.imaging.refusals import reason_of
 from imagesvc.imaging.render import render_page
 from tests.imaging import awkward
 from tests.imaging.helpers import SPEC, pixels
@@ -71,16 +72,18 @@ def test_icc_profile_is_converted_to_srgb() -> None:
 
 
 @pytest.mark.parametrize(
-    ("data", "words"),
+    ("data", "reason", "words"),
     [
-        (awkward.truncated_jpeg(), "truncated"),
-        (awkward.garbage(), "not a recognised image format"),
-        (b"", "not a recognised image format"),
+        (awkward.truncated_jpeg(), "truncated", "ends before the image is complete"),
+        (awkward.garbage(), "unsupported_format", "not a recognised image format"),
+        (b"", "unsupported_format", "not a recognised image format"),
     ],
 )
-def test_broken_data_is_rejected_with_a_reason(data: bytes, words: str) -> None:
-    with pytest.raises(ImageRejected, match=words):
+def test_broken_data_is_rejected_with_a_reason(data: bytes, reason: str, words: str) -> None:
+    with pytest.raises(ImageRejected, match=words) as info:
         render_page(data, SPEC, None, [])
+    assert reason_of(info.value) == reason
+    assert "OSError" not in info.value.message and "Pillow" not in info.value.message
 
 
 def test_decompression_bomb_is_refused_fast_with_the_limit_named() -> None:
@@ -88,12 +91,15 @@ def test_decompression_bomb_is_refused_fast_with_the_limit_named() -> None:
     with pytest.raises(ImageRejected, match="decompression bomb") as info:
         render_page(awkward.bomb_png(30_000, 30_000), SPEC, None, [])
     assert time.perf_counter() - started < 1.0
-    assert "250,000,000" in info.value.message and "900000000" in info.value.message
+    message = info.value.message
+    assert "250,000,000" in message and "IMAGESVC_MAX_IMAGE_PIXELS" in message
+    assert "500000000" not in message.replace(",", "") and "900000000" not in message.replace(",", "")
+    assert reason_of(info.value) == "too_large"
 
 
 def test_our_pixel_limit_applies_below_pillows() -> None:
     spec = TierSpec(max_pixels=1_000_000)
-    with pytest.raises(ImageRejected, match=r"2000x1000 = 2,000,000 pixels exceeds the limit of 1,000,000") as info:
+    with pytest.raises(ImageRejected, match=r"2000x1000 = 2,000,000 pixels; the limit is 1,000,000") as info:
         render_page(awkward.bomb_png(2000, 1000), spec, None, [])
     assert info.value.details["max_pixels"] == 1_000_000
 

@@ -75,3 +75,24 @@ def test_rebake_marks_large_tiers_and_leaves_small_ones() -> None:
     small = encode(page_image(300, 210), quality=88)
     assert rebake(small, MARK, spec) == small
     assert rebake(small, MARK, spec, native_longest_side=3000) != small  # a thumb of a large page is marked
+
+
+@pytest.mark.parametrize(
+    "size",
+    [(20000, 300), (2000, 30), (300, 5), (30, 2000), (2048, 726), (300, 106), (6000, 40), (40, 6000), (1200, 100)],
+)
+def test_the_mark_covers_a_bounded_share_of_elongated_plates(size: tuple[int, int]) -> None:
+    """Fold-outs and scrolls: a 20000x300 master's display tier (2000x30) was 77% darkened, its thumb all of it."""
+    page = Image.new("RGB", size, (236, 224, 196))
+    marked = np.asarray(apply_mark(page, MARK), dtype=np.int16)
+    changed = np.abs(marked - np.asarray(page, dtype=np.int16)).max(axis=2) > 0
+    assert changed.mean() <= 0.12, f"{changed.mean():.0%} of {size} covered"
+    if min(size) >= 30:  # room for a legible mark: light text drawn on the dark band
+        assert (marked.min(axis=2) > 240).sum() > 20
+
+
+def test_marking_in_place_gives_the_same_pixels_as_a_copy() -> None:
+    page = page_image(900, 700)
+    copy = apply_mark(page, MARK)
+    same = apply_mark(page.copy(), MARK, in_place=True)
+    assert np.array_equal(np.asarray(copy), np.asarray(same))

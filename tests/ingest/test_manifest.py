@@ -116,3 +116,16 @@ def test_catalogue_fields_are_checked_and_each_problem_named(tmp_path: Path) -> 
     fields = " ".join(caught.value.problems)
     for field in ("collection", "edition_languages[0]", "translated_at", "first_translation", "work_id"):
         assert f"field {field}" in fields, field
+
+
+def test_schema_and_rule_problems_come_in_one_round(tmp_path: Path) -> None:
+    """An operator fixing a manifest must not be told about a second batch of problems after fixing the first."""
+    book = _book()
+    book["year"] = "1550"  # a schema problem
+    book["pages"].append({"number": 3, "image": "missing.jpg"})  # a rule problem
+    with pytest.raises(ManifestError) as info:
+        load_manifest(_write(tmp_path, {"version": 1, "books": [book, _book()]}))
+    text = "\n".join(info.value.problems)
+    assert 'book "herbal", field year' in text
+    assert "field image: no file at" in text
+    assert "the slug is used by an earlier book too" in text
