@@ -26,6 +26,7 @@ from imagesvc.errors import ImageRejected
 from imagesvc.imaging import MarkSpec, PageRenditions, Rendition, TierSpec
 from imagesvc.ingest.manifest import Manifest
 from imagesvc.ingest.objects import clean_key, master_key, public_key, write_if_changed, write_immutable
+from imagesvc.provenance.ingest import Provenance, page_provenance
 from imagesvc.storage import ObjectStore
 
 __all__ = ["DERIVATION_VERSION", "IngestSummary", "digest", "ingest", "render_file", "tier_spec"]
@@ -62,7 +63,13 @@ class IngestSummary:
         )
 
 
-def render_file(path: str, spec: TierSpec, mark: MarkSpec | None, bboxes: list[tuple[float, float, float, float]]):
+def render_file(
+    path: str,
+    spec: TierSpec,
+    mark: MarkSpec | None,
+    bboxes: list[tuple[float, float, float, float]],
+    provenance: Provenance | None = None,
+):
     """Process-pool entry: read one master and derive everything from it; a refusal comes back as its message."""
     from PIL import Image
 
@@ -71,9 +78,10 @@ def render_file(path: str, spec: TierSpec, mark: MarkSpec | None, bboxes: list[t
     # Pillow's own bomb guard (process-wide, ~179 MP by default) would otherwise refuse what the setting allows.
     Image.MAX_IMAGE_PIXELS = spec.max_pixels
     try:
-        return render_page(Path(path).read_bytes(), spec, mark, bboxes)
+        result = render_page(Path(path).read_bytes(), spec, mark, bboxes)
     except ImageRejected as exc:
         return exc.message
+    return provenance.sign(result) if provenance is not None else result  # C2PA: sign the marked public tiers
 
 
 def _file_sha256(path: Path) -> str:
@@ -180,7 +188,8 @@ class _BookJob:
                 row.update({k: prev[k] for k in ("master_key", "master_sha256", "master_format", "width", "height")})
             else:
                 path = self.manifest.image_path(page["image"])
-                result = await ctx.render(str(path), mark, bboxes)
+                provenance = page_provenance(ctx.settings, book, number, self.master_sha[number])  # C2PA
+                result = await ctx.render(str(path), mark, bboxes, provenance)
                 if isinstance(result, str):
                     raise ImageRejected(result)
                 master = await asyncio.to_thread(path.read_bytes)
@@ -267,10 +276,16 @@ class _Context:
     bar: Any
     slots: asyncio.Semaphore
 
-    async def render(self, path: str, mark: MarkSpec, bboxes: list[tuple[float, float, float, float]]):
+    async def render(
+        self,
+        path: str,
+        mark: MarkSpec,
+        bboxes: list[tuple[float, float, float, float]],
+        provenance: Provenance | None = None,
+    ):
         async with self.slots:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.pool, render_file, path, self.spec, mark, bboxes)
+            return await loop.run_in_executor(self.pool, render_file, path, self.spec, mark, bboxes, provenance)
 
 
 def tier_spec(settings: Any) -> TierSpec:

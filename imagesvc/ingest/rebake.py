@@ -18,6 +18,7 @@ from imagesvc.imaging import MarkSpec, TierSpec
 from imagesvc.imaging.marks import rebake
 from imagesvc.ingest.objects import public_key, write_immutable
 from imagesvc.ingest.pipeline import DERIVATION_VERSION, digest, tier_spec
+from imagesvc.provenance.ingest import Provenance, rebake_provenance
 from imagesvc.storage import ObjectStore
 
 __all__ = ["RebakeSummary", "rebake_marks"]
@@ -34,16 +35,27 @@ class RebakeSummary:
 
 
 async def _rebake_one(
-    store: ObjectStore, pool: Executor, row: dict[str, Any], mark: MarkSpec, spec: TierSpec, native: int
+    store: ObjectStore,
+    pool: Executor,
+    row: dict[str, Any],
+    mark: MarkSpec,
+    spec: TierSpec,
+    native: int,
+    provenance: Provenance | None = None,
 ) -> tuple[str, str, bytes]:
     clean = (await store.get(row["clean_key"])).data
     loop = asyncio.get_running_loop()
-    data = await loop.run_in_executor(pool, _rebake_call, clean, mark, spec, native)
+    data = await loop.run_in_executor(pool, _rebake_call, clean, mark, spec, native, row["tier"], provenance)
     return row["tier"], hashlib.sha256(data).hexdigest(), data
 
 
-def _rebake_call(clean: bytes, mark: MarkSpec, spec: TierSpec, native: int) -> bytes:
-    return rebake(clean, mark, spec, native_longest_side=native)
+def _rebake_call(
+    clean: bytes, mark: MarkSpec, spec: TierSpec, native: int, tier: str, provenance: Provenance | None
+) -> bytes:
+    data = rebake(clean, mark, spec, native_longest_side=native)
+    if provenance is not None and data != clean:  # C2PA: a marked tier is signed again
+        return provenance.sign_tier(tier, data)
+    return data
 
 
 async def rebake_marks(
@@ -71,12 +83,13 @@ async def rebake_marks(
                 institution=book["institution"],
             )
             illus = illus_by_page.get(page["id"], [])
+            provenance = rebake_provenance(settings, book, page)  # C2PA
             owners = [page["id"], *(i["id"] for i in illus)]
             tiers = catalog.renditions(owners)
             for owner in owners:
                 native = max(tiers[owner]["full"]["width"], tiers[owner]["full"]["height"])
                 iid = None if owner == page["id"] else owner
-                jobs = [_rebake_one(store, pool, row, mark, spec, native) for row in tiers[owner].values()]
+                jobs = [_rebake_one(store, pool, row, mark, spec, native, provenance) for row in tiers[owner].values()]
                 for tier, sha, data in await asyncio.gather(*jobs):
                     key = public_key(book["id"], page["number"], tier, sha, iid)
                     await write_immutable(store, key, data, "image/jpeg")
