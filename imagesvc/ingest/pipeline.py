@@ -111,6 +111,7 @@ class _BookJob:
             site=s.site_name,
             citation_url=f"{s.site_url}/book/{self.book['slug']}?page={number}",
             institution=self.book["attribution"]["institution"],
+            faint=s.faint_mark,
         )
 
     async def run(self) -> None:

@@ -81,6 +81,7 @@ async def rebake_marks(
                 site=settings.site_name,
                 citation_url=f"{settings.site_url}/book/{book['slug']}?page={page['number']}",
                 institution=book["institution"],
+                faint=settings.faint_mark,
             )
             illus = illus_by_page.get(page["id"], [])
             provenance = rebake_provenance(settings, book, page)  # C2PA
