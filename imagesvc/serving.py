@@ -3,8 +3,8 @@
 Each worker is a whole app (its own hot cache, catalog handle and access client); access state is shared through the
 SQLite file (WAL, exact across processes) or Redis. SIGTERM or SIGINT to the supervisor is passed to every worker,
 each stops accepting and drains its in-flight requests for IMAGESVC_SHUTDOWN_TIMEOUT, and the supervisor exits 0 when
-all did. A worker that dies otherwise is replaced; workers die with the supervisor (PR_SET_PDEATHSIG), so a killed
-supervisor leaves no process behind.
+all did; SIGHUP (pull the newest catalog snapshot now) is passed on too. A worker that dies otherwise is replaced;
+workers die with the supervisor (PR_SET_PDEATHSIG), so a killed supervisor leaves no process behind.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ def _worker(settings: Any, index: int) -> None:
     """A worker process: its own process group (a terminal's Ctrl-C reaches the supervisor only), then one app."""
     os.setpgid(0, 0)
     _die_with_parent()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # passed on by the supervisor; snapshot following installs its own
     from imagesvc.logging_setup import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
@@ -87,9 +88,16 @@ class _Supervisor:
             if proc.pid is not None and proc.exitcode is None:
                 os.kill(proc.pid, signal.SIGTERM)
 
+    def reload(self, _signum: int, _frame: Any) -> None:
+        """SIGHUP (check for a newer catalog snapshot now) goes to every worker."""
+        for proc in self.procs.values():
+            if proc.pid is not None and proc.exitcode is None:
+                os.kill(proc.pid, signal.SIGHUP)
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
+        signal.signal(signal.SIGHUP, self.reload)
         for index in range(self.workers):
             self.start(index)
         while not self.stopping:

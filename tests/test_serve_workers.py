@@ -170,3 +170,12 @@ def test_a_dead_worker_is_replaced_and_a_dead_supervisor_takes_its_workers(serve
     while any(Path(f"/proc/{w}").exists() for w in now) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(Path(f"/proc/{w}").exists() for w in now)
+
+
+def test_sighup_stops_neither_the_supervisor_nor_its_workers(serve: Any) -> None:
+    proc, port = serve(2)
+    workers = _workers(proc.pid)
+    proc.send_signal(signal.SIGHUP)  # "check for a newer snapshot now": a default SIGHUP would end the supervisor
+    time.sleep(1)
+    assert proc.poll() is None and _workers(proc.pid) == workers
+    assert _get(port, "/health") == 200
