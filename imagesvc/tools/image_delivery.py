@@ -158,7 +158,8 @@ async def locate_image(
         if services.settings.c2pa_sign:
             credentials = Delivery(
                 title=f"{name}-{tier}{'-clean' if clean else ''}.jpg",
-                rendition_sha256="",  # of the stored object, filled in when it is read (delivery_bytes)
+                # The catalog's sha256 is the stored public tier's; a clean copy's is computed when it is read.
+                rendition_sha256="" if clean else rendition["sha256"],
                 marked=not clean,
                 key_ref=call.caller.key_ref,
                 date=note.date.isoformat(),
@@ -203,5 +204,6 @@ async def delivery_bytes(services: Services, delivery: ImageDelivery, stored: by
 def _sign(stored: bytes, body: bytes, credentials: Delivery, paths: SigningPaths) -> bytes:
     from imagesvc.provenance.sign import sign_delivery  # c2pa loads with the first signed delivery
 
-    parent = replace(credentials, rendition_sha256=hashlib.sha256(stored).hexdigest())
-    return sign_delivery(body, parent, paths)
+    if not credentials.rendition_sha256:
+        credentials = replace(credentials, rendition_sha256=hashlib.sha256(stored).hexdigest())
+    return sign_delivery(body, credentials, paths)
