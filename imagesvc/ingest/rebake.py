@@ -15,6 +15,7 @@ from typing import Any
 
 from imagesvc.catalog import Catalog
 from imagesvc.imaging import MarkSpec, TierSpec
+from imagesvc.imaging.embed import strip_c2pa
 from imagesvc.imaging.marks import rebake
 from imagesvc.ingest.objects import public_key, write_immutable
 from imagesvc.ingest.pipeline import DERIVATION_VERSION, digest, tier_spec
@@ -46,7 +47,8 @@ async def _rebake_one(
     clean = (await store.get(row["clean_key"])).data
     loop = asyncio.get_running_loop()
     data = await loop.run_in_executor(pool, _rebake_call, clean, mark, spec, native, row["tier"], provenance)
-    return row["tier"], hashlib.sha256(data).hexdigest(), data
+    # Keys address the image without its C2PA manifest, as at ingest (imagesvc.provenance.sign.sign_page).
+    return row["tier"], hashlib.sha256(strip_c2pa(data)).hexdigest(), data
 
 
 def _rebake_call(

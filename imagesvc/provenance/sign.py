@@ -23,7 +23,6 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from imagesvc.errors import Unavailable
 from imagesvc.imaging import PageRenditions, Rendition
 from imagesvc.imaging.embed import strip_c2pa
-from imagesvc.imaging.tiers import make_rendition
 from imagesvc.provenance import Delivery, PageSource, SigningPaths
 from imagesvc.provenance.manifests import delivery_manifest, public_manifest
 
@@ -82,7 +81,10 @@ def sign_jpeg(data: bytes, manifest: dict[str, Any], paths: SigningPaths) -> byt
 
 
 def sign_page(page: PageRenditions, source: PageSource, master_sha256: str, paths: SigningPaths) -> PageRenditions:
-    """``page`` with every marked public tier (page and illustrations) signed; unmarked tiers are left as they are."""
+    """``page`` with every marked public tier (page and illustrations) signed; unmarked tiers are left as they are.
+
+    A signed rendition keeps the sha256 of its unsigned bytes: keys and catalog hashes address the image content.
+    """
 
     def signed(clean: dict[str, Rendition], public: dict[str, Rendition]) -> dict[str, Rendition]:
         out = {}
@@ -91,8 +93,9 @@ def sign_page(page: PageRenditions, source: PageSource, master_sha256: str, path
                 out[tier] = rendition
                 continue
             manifest = public_manifest(source, master_sha256, page.master_format, tier)
-            data = sign_jpeg(rendition.data, manifest, paths)
-            out[tier] = make_rendition(tier, data, (rendition.width, rendition.height))
+            # The sha256 (and so the object key) stays that of the image without its manifest: manifests carry
+            # random salts, and a rerun after a crash must find the object the first run wrote, not orphan it.
+            out[tier] = replace(rendition, data=sign_jpeg(rendition.data, manifest, paths))
         return out
 
     illustrations = [replace(i, public=signed(i.clean, i.public)) for i in page.illustrations]

@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.keys import create_key
-from imagesvc.imaging.embed import read_xmp
+from imagesvc.imaging.embed import read_xmp, strip_c2pa
 from imagesvc.provenance.manifests import DELIVERY_LABEL, SOURCE_LABEL
 from imagesvc.provenance.sign import Credentials, read_credentials
 from tests.http.conftest import MakeClient
@@ -79,7 +79,8 @@ async def test_keyed_delivery_is_signed_after_its_note(client: TestClient, data_
         "visible_mark": True,
     }
     stored = (data_dir / "store" / _page_row(data_dir)["renditions"]["display"]["public_key"]).read_bytes()
-    assert found.manifest["ingredients"][0]["instance_id"] == f"urn:sha256:{hashlib.sha256(stored).hexdigest()}"
+    parent = hashlib.sha256(strip_c2pa(stored)).hexdigest()  # the stored tier's image, without its ingest manifest
+    assert found.manifest["ingredients"][0]["instance_id"] == f"urn:sha256:{parent}"
     assert found.assertion(SOURCE_LABEL)["citation_url"] == CITATION
     assert key not in body.decode("latin-1")  # the secret never goes into the file
 
