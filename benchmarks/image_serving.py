@@ -45,8 +45,12 @@ def _wait(url: str, timeout: float = 20.0) -> None:
     raise SystemExit(f"{url} did not answer")
 
 
-def _wrk(url: str, seconds: int, connections: int, headers: dict[str, str]) -> dict[str, float]:
+def _wrk(
+    url: str, seconds: int, connections: int, headers: dict[str, str], script: Path | None = None
+) -> dict[str, float]:
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", url]
+    if script is not None:  # a Lua script that shapes each request (benchmarks/signing_workers.py: keys in turn)
+        cmd += ["-s", str(script)]
     for name, value in headers.items():
         cmd += ["-H", f"{name}: {value}"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -72,7 +76,8 @@ def _serve(data: Path, port: int, extra: dict[str, str]) -> subprocess.Popen[byt
         "IMAGESVC_ASSISTANT_NETWORKS": "127.0.0.0/8",
         **extra,
     }
-    proc = subprocess.Popen([str(REPO / ".venv/bin/imagesvc"), "serve"], env=env, stderr=subprocess.DEVNULL)
+    cmd = [str(REPO / ".venv/bin/imagesvc"), "serve", "--workers", "1"]  # one process per target, as recorded
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
     _wait(f"http://127.0.0.1:{port}/health")
     return proc
 

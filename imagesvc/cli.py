@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -24,25 +23,18 @@ def _configure_logging(level: str, fmt: str = "text") -> None:
     configure_logging(level, fmt)
 
 
+def _positive(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
+
+
 def cmd_serve(settings: Any, args: argparse.Namespace) -> int:
-    from aiohttp import web
+    from imagesvc.serving import serve
 
-    from imagesvc.app import build_app
-
-    host, port = settings.host, settings.port
-    print(f"imagesvc serving on http://{host}:{port} (storage: {settings.storage})", file=sys.stderr)
-    app = build_app(settings)
-
-    async def announce_drain(app: web.Application) -> None:
-        # run_app has closed the listening sockets by now; in-flight requests get shutdown_timeout to finish.
-        log = logging.getLogger("imagesvc.serve")
-        log.info("stopping: draining in-flight requests for up to %d s", settings.shutdown_timeout)
-
-    app.on_shutdown.append(announce_drain)
-    # SIGTERM and SIGINT: stop accepting, drain for shutdown_timeout, then close resources (cleanup_ctx) and exit 0.
-    web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=settings.shutdown_timeout)
-    logging.getLogger("imagesvc.serve").info("stopped")
-    return 0
+    workers = args.workers or settings.serve_workers or os.cpu_count() or 1
+    return serve(settings, workers)
 
 
 def cmd_settings(settings: Any, args: argparse.Namespace) -> int:
@@ -58,7 +50,14 @@ def cmd_settings(settings: Any, args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="imagesvc", description="Image and gallery service of a digital library.")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("serve", help="run the HTTP service").set_defaults(func=cmd_serve)
+    p = sub.add_parser("serve", help="run the HTTP service")
+    p.add_argument(
+        "--workers",
+        type=_positive,
+        default=0,
+        help="processes serving one port (default: IMAGESVC_SERVE_WORKERS, else one per CPU core)",
+    )
+    p.set_defaults(func=cmd_serve)
     p = sub.add_parser(
         "ingest",
         help="ingest the books and collections of a manifest",

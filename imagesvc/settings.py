@@ -225,6 +225,26 @@ class Settings:
         "/viewer/; scripts/install-viewer.sh fills it (empty: viewer/node_modules in the checkout).",
         str,
     )
+    c2pa_sign: bool = _opt(
+        True,
+        "Sign marked public tiers at ingest and every delivery to a key with a C2PA manifest (docs/provenance.md).",
+        _bool,
+    )
+    c2pa_cert_chain: str = _opt(
+        "", "PEM certificate chain (signing leaf first) for C2PA; empty: a local CA made in the data dir.", str
+    )
+    c2pa_private_key: str = _opt("", "PEM file of the C2PA signing leaf's private key (P-256).", str)
+    faint_mark: bool = _opt(
+        False,
+        "Also draw a faint diagonal mark across marked tiers, which cropping the bottom band does not remove "
+        "(then run `imagesvc marks rebake`).",
+        _bool,
+    )
+    serve_workers: int = _opt(
+        0,
+        "Processes `imagesvc serve` runs on one port (0: one per CPU core); `serve --workers N` overrides.",
+        _non_negative_int,
+    )
 
     @property
     def image_base(self) -> str:

@@ -193,7 +193,12 @@ async def fetch_snapshot(store: ObjectStore, prefix: str, pointer: dict[str, str
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             await asyncio.to_thread((tmp / name).write_bytes, data)
         (tmp / "manifest.json").write_bytes(body)  # last: its presence marks a complete, verified folder
-        os.replace(tmp, final)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not (final / "manifest.json").exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another worker of this node pulled the same version first
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

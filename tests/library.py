@@ -61,4 +61,6 @@ def copy_library(source: Path, target: Path) -> Path:
     for name in os.listdir(source):
         if name.startswith("catalog.sqlite3"):
             shutil.copy2(source / name, target / name)
+    if (source / "c2pa").is_dir():  # the local signing CA that signed the public tiers at ingest
+        shutil.copytree(source / "c2pa", target / "c2pa")
     return target

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +88,46 @@ def test_a_private_bucket_passes_the_privacy_check(
     assert found["storage"]["level"] == "ok"
     assert found["privacy"]["level"] == "ok", found["privacy"]
     assert code == 0
+
+
+def test_c2pa_local_ca_warns_and_a_refused_chain_fails(
+    demo_library: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    code, found = _doctor(monkeypatch, capsys, data_dir=str(data), session_secret="s")
+    assert code == 0
+    assert found["c2pa"]["level"] == "warn" and "unknown issuer" in found["c2pa"]["message"]
+    # An operator's chain whose leaf is its own issuer (a self-signed certificate): C2PA validators refuse it.
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "self")])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(datetime.now(UTC) - timedelta(days=1))
+        .not_valid_after(datetime.now(UTC) + timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "chain.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pkcs8 = serialization.PrivateFormat.PKCS8
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, pkcs8, serialization.NoEncryption())
+    )
+    code, found = _doctor(
+        monkeypatch,
+        capsys,
+        data_dir=str(data),
+        session_secret="s",
+        c2pa_cert_chain=str(tmp_path / "chain.pem"),
+        c2pa_private_key=str(tmp_path / "key.pem"),
+    )
+    assert code == 1
+    assert found["c2pa"]["level"] == "fail" and "chain.pem" in found["c2pa"]["message"]
+    assert "BEGIN" not in capsys.readouterr().out  # no key material in the report

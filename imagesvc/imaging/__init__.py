@@ -31,6 +31,9 @@ class MarkSpec:
     site: str
     citation_url: str
     institution: str
+    # Also a faint diagonal mark across the page (IMAGESVC_FAINT_MARK). Left out of repr, so derivation digests of
+    # existing pages do not change with it: `imagesvc marks rebake` applies a change of this setting.
+    faint: bool = field(default=False, repr=False)
 
 
 @dataclass(frozen=True)

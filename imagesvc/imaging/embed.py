@@ -9,13 +9,13 @@ from xml.sax.saxutils import escape
 
 from imagesvc.errors import ImageRejected, InvalidRequest
 
-__all__ = ["NS_IMAGESVC", "XMP_HEADER", "build_xmp", "read_xmp", "splice_xmp"]
+__all__ = ["NS_IMAGESVC", "XMP_HEADER", "build_xmp", "read_xmp", "splice_xmp", "strip_c2pa"]
 
 XMP_HEADER = b"http://ns.adobe.com/xap/1.0/\x00"
 _XMP_EXTENSION = b"http://ns.adobe.com/xmp/extension/\x00"
 _EXIF_HEADER = b"Exif\x00\x00"
 NS_IMAGESVC = "urn:imagesvc:xmp:1.0/"
-_APP0, _APP1, _SOS, _EOI = 0xE0, 0xE1, 0xDA, 0xD9
+_APP0, _APP1, _APP11, _SOS, _EOI = 0xE0, 0xE1, 0xEB, 0xDA, 0xD9
 _STANDALONE = {0x01, *range(0xD0, 0xD8)}
 _MAX_PAYLOAD = 0xFFFF - 2  # the length field counts itself
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
@@ -88,6 +88,20 @@ def splice_xmp(jpeg: bytes, xmp_xml: str) -> bytes:
     segment = b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
     head = [jpeg[seg.start : seg.end] for seg in kept]
     return b"".join([b"\xff\xd8", *head[:lead], segment, *head[lead:], jpeg[sos:]])
+
+
+def _is_jumbf(seg: _Segment) -> bool:
+    # C2PA manifest stores travel in APP11 segments holding JUMBF boxes (the "JP" common identifier).
+    return seg.marker == _APP11 and seg.payload.startswith(b"JP")
+
+
+def strip_c2pa(jpeg: bytes) -> bytes:
+    """``jpeg`` without its C2PA manifest store (APP11 JUMBF segments); the same object when it has none."""
+    segments, sos = _segments(jpeg)
+    if not any(_is_jumbf(seg) for seg in segments):
+        return jpeg
+    head = [jpeg[seg.start : seg.end] for seg in segments if not _is_jumbf(seg)]
+    return b"".join([b"\xff\xd8", *head, jpeg[sos:]])
 
 
 def read_xmp(jpeg: bytes) -> str | None:

@@ -1,7 +1,9 @@
-"""Visible provenance marks: a translucent band along the bottom edge naming the site, citation URL and institution."""
+"""Visible provenance marks: a translucent band along the bottom edge naming the site, citation URL and institution,
+and optionally a faint diagonal mark across the whole page that cropping the band off does not remove."""
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from functools import lru_cache
 from pathlib import Path
@@ -11,7 +13,7 @@ from PIL import Image, ImageDraw, ImageFont
 from imagesvc.imaging import MarkSpec, TierSpec
 from imagesvc.imaging.tiers import decode, encode_jpeg, rejecting
 
-__all__ = ["MIN_FONT", "apply_mark", "mark_lines", "rebake", "sanitize"]
+__all__ = ["MIN_FONT", "apply_faint_mark", "apply_mark", "mark_lines", "rebake", "sanitize"]
 
 _FONT_PATHS = (
     Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"),
@@ -134,6 +136,8 @@ def apply_mark(img: Image.Image, mark: MarkSpec, *, in_place: bool = False) -> I
     legible box (a few px high) gets none. Deterministic for a given font file.
     """
     out = img if in_place and img.mode == "RGB" else img.convert("RGB") if img.mode != "RGB" else img.copy()
+    if mark.faint:
+        out = apply_faint_mark(out, mark)
     width, height = out.size
     nominal = max(MIN_FONT, min(_MAX_FONT, round(width * _FONT_PER_WIDTH)))
     variants = mark_lines(mark)
@@ -172,3 +176,46 @@ def rebake(
         return clean_display_or_full
     with rejecting("cannot mark the image"):
         return encode_jpeg(apply_mark(img, mark), spec.quality)
+
+
+_FAINT_ANGLE = 30  # degrees: rising to the right, across the lines of text rather than along them
+_FAINT_FONT_PER_SIDE = 0.028  # font px per px of the longer side
+_FAINT_INK = (40, 30, 20, 34)  # dark ink at 13 % opacity, with a light halo at the same opacity: legible when looked
+_FAINT_HALO = (255, 255, 255, 34)  # for on light and dark paper alike, unobtrusive when reading
+
+
+def apply_faint_mark(img: Image.Image, mark: MarkSpec) -> Image.Image:
+    """Return a copy of RGB ``img`` with the site and citation URL repeated in staggered diagonal rows across it.
+
+    Low contrast (about 13 % opacity) and spaced out, so the page reads as before; but unlike the bottom band it
+    covers the whole page, so no single crop removes it. Deterministic for a given font file.
+    """
+    text = " · ".join(part for part in (sanitize(mark.site), sanitize(mark.citation_url)) if part)
+    if not text:
+        return img.copy()
+    width, height = img.size
+    size = max(MIN_FONT, round(max(width, height) * _FAINT_FONT_PER_SIDE))
+    font, stroke = _font(size), max(1, size // 16)
+    left, top, right, bottom = font.getbbox(text, stroke_width=stroke)
+    strip = Image.new("RGBA", (right - left + 2 * stroke, bottom - top + 2 * stroke), (0, 0, 0, 0))
+    ImageDraw.Draw(strip).text(
+        (stroke - left, stroke - top), text, font=font, fill=_FAINT_INK, stroke_width=stroke, stroke_fill=_FAINT_HALO
+    )
+    stamp = strip.rotate(_FAINT_ANGLE, resample=Image.Resampling.BICUBIC, expand=True)
+    overlay = Image.new("RGBA", (width, height), (0, 0, 0, 0))
+    # Stamp centres on a lattice: along the text direction one text length plus a gap apart, across it 7 font sizes
+    # apart, each row shifted by half a step, so every part of the page is near some text.
+    theta = math.radians(_FAINT_ANGLE)
+    along, across = strip.width + 3 * size, 7 * size
+    u = (along * math.cos(theta), -along * math.sin(theta))
+    v = (across * math.sin(theta), across * math.cos(theta))
+    reach = math.hypot(width, height) / min(along, across) + 2
+    cx, cy = width / 2, height / 2
+    for j in range(-int(reach), int(reach) + 1):
+        for i in range(-int(reach), int(reach) + 1):
+            shift = i + (j % 2) / 2
+            x = round(cx + shift * u[0] + j * v[0] - stamp.width / 2)
+            y = round(cy + shift * u[1] + j * v[1] - stamp.height / 2)
+            if x < width and y < height and x + stamp.width > 0 and y + stamp.height > 0:
+                overlay.alpha_composite(stamp, dest=(max(x, 0), max(y, 0)), source=(max(-x, 0), max(-y, 0)))
+    return Image.alpha_composite(img.convert("RGBA"), overlay).convert("RGB")

@@ -27,6 +27,7 @@ from imagesvc.ingest.budget import MemoryBudget, default_budget, estimate_cost
 from imagesvc.ingest.manifest import Manifest
 from imagesvc.ingest.objects import clean_key, master_key, public_key, write_if_changed, write_immutable
 from imagesvc.ingest.work import IngestSummary, Refusal, digest, file_sha256, render_file
+from imagesvc.provenance.ingest import Provenance, page_provenance
 from imagesvc.storage import ObjectStore
 
 __all__ = ["DERIVATION_VERSION", "IngestSummary", "Refusal", "digest", "ingest", "render_file", "tier_spec"]
@@ -54,6 +55,7 @@ class _BookJob:
             site=s.site_name,
             citation_url=f"{s.site_url}/book/{self.book['slug']}?page={number}",
             institution=self.book["attribution"]["institution"],
+            faint=s.faint_mark,
         )
 
     async def run(self) -> None:
@@ -148,7 +150,8 @@ class _BookJob:
                 renditions, hashes, prev = reused
                 row.update({k: prev[k] for k in ("master_key", "master_sha256", "master_format", "width", "height")})
             else:
-                result = await ctx.render(path, mark, bboxes)
+                provenance = page_provenance(ctx.settings, book, number, self.master_sha[number])  # C2PA
+                result = await ctx.render(path, mark, bboxes, provenance)
                 if isinstance(result, Refusal):
                     log.warning(
                         "book %s page %s: %s refused: %s [%s]",
@@ -246,7 +249,13 @@ class _Context:
     slots: asyncio.Semaphore
     budget: MemoryBudget
 
-    async def render(self, path: Path, mark: MarkSpec, bboxes: list[tuple[float, float, float, float]]):
+    async def render(
+        self,
+        path: Path,
+        mark: MarkSpec,
+        bboxes: list[tuple[float, float, float, float]],
+        provenance: Provenance | None = None,
+    ):
         """Derive one page in the pool once its estimated memory fits the budget; a ``Refusal`` when it never can."""
         cost = await asyncio.to_thread(estimate_cost, path)
         if not self.budget.fits_alone(cost):
@@ -259,7 +268,9 @@ class _Context:
         try:
             async with self.slots:
                 loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(self.pool, render_file, str(path), self.spec, mark, bboxes)
+                return await loop.run_in_executor(
+                    self.pool, render_file, str(path), self.spec, mark, bboxes, provenance
+                )
         finally:
             await self.budget.release(cost)
 

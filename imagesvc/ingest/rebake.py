@@ -15,9 +15,11 @@ from typing import Any
 
 from imagesvc.catalog import Catalog
 from imagesvc.imaging import MarkSpec, TierSpec
+from imagesvc.imaging.embed import strip_c2pa
 from imagesvc.imaging.marks import rebake
 from imagesvc.ingest.objects import public_key, write_immutable
 from imagesvc.ingest.pipeline import DERIVATION_VERSION, digest, tier_spec
+from imagesvc.provenance.ingest import Provenance, rebake_provenance
 from imagesvc.storage import ObjectStore
 
 __all__ = ["RebakeSummary", "rebake_marks"]
@@ -34,16 +36,28 @@ class RebakeSummary:
 
 
 async def _rebake_one(
-    store: ObjectStore, pool: Executor, row: dict[str, Any], mark: MarkSpec, spec: TierSpec, native: int
+    store: ObjectStore,
+    pool: Executor,
+    row: dict[str, Any],
+    mark: MarkSpec,
+    spec: TierSpec,
+    native: int,
+    provenance: Provenance | None = None,
 ) -> tuple[str, str, bytes]:
     clean = (await store.get(row["clean_key"])).data
     loop = asyncio.get_running_loop()
-    data = await loop.run_in_executor(pool, _rebake_call, clean, mark, spec, native)
-    return row["tier"], hashlib.sha256(data).hexdigest(), data
+    data = await loop.run_in_executor(pool, _rebake_call, clean, mark, spec, native, row["tier"], provenance)
+    # Keys address the image without its C2PA manifest, as at ingest (imagesvc.provenance.sign.sign_page).
+    return row["tier"], hashlib.sha256(strip_c2pa(data)).hexdigest(), data
 
 
-def _rebake_call(clean: bytes, mark: MarkSpec, spec: TierSpec, native: int) -> bytes:
-    return rebake(clean, mark, spec, native_longest_side=native)
+def _rebake_call(
+    clean: bytes, mark: MarkSpec, spec: TierSpec, native: int, tier: str, provenance: Provenance | None
+) -> bytes:
+    data = rebake(clean, mark, spec, native_longest_side=native)
+    if provenance is not None and data != clean:  # C2PA: a marked tier is signed again
+        return provenance.sign_tier(tier, data)
+    return data
 
 
 async def rebake_marks(
@@ -69,14 +83,16 @@ async def rebake_marks(
                 site=settings.site_name,
                 citation_url=f"{settings.site_url}/book/{book['slug']}?page={page['number']}",
                 institution=book["institution"],
+                faint=settings.faint_mark,
             )
             illus = illus_by_page.get(page["id"], [])
+            provenance = rebake_provenance(settings, book, page)  # C2PA
             owners = [page["id"], *(i["id"] for i in illus)]
             tiers = catalog.renditions(owners)
             for owner in owners:
                 native = max(tiers[owner]["full"]["width"], tiers[owner]["full"]["height"])
                 iid = None if owner == page["id"] else owner
-                jobs = [_rebake_one(store, pool, row, mark, spec, native) for row in tiers[owner].values()]
+                jobs = [_rebake_one(store, pool, row, mark, spec, native, provenance) for row in tiers[owner].values()]
                 for tier, sha, data in await asyncio.gather(*jobs):
                     key = public_key(book["id"], page["number"], tier, sha, iid)
                     await write_immutable(store, key, data, "image/jpeg")

@@ -6,11 +6,14 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagesvc.errors import ImageRejected
 from imagesvc.imaging import MarkSpec, TierSpec
 from imagesvc.imaging.refusals import reason_of
+
+if TYPE_CHECKING:
+    from imagesvc.provenance.ingest import Provenance
 
 __all__ = ["IngestSummary", "Refusal", "digest", "file_sha256", "render_file"]
 
@@ -48,8 +51,15 @@ class Refusal:
     detail: str = ""
 
 
-def render_file(path: str, spec: TierSpec, mark: MarkSpec | None, bboxes: list[tuple[float, float, float, float]]):
-    """Process-pool entry: read one master and derive everything from it; a refusal comes back as a ``Refusal``."""
+def render_file(
+    path: str,
+    spec: TierSpec,
+    mark: MarkSpec | None,
+    bboxes: list[tuple[float, float, float, float]],
+    provenance: Provenance | None = None,
+):
+    """Process-pool entry: read one master and derive everything from it (and sign the marked public tiers with
+    ``provenance``'s C2PA manifest); a refusal comes back as a ``Refusal``."""
     from PIL import Image
 
     from imagesvc.imaging.render import render_page
@@ -57,10 +67,11 @@ def render_file(path: str, spec: TierSpec, mark: MarkSpec | None, bboxes: list[t
     # Pillow's own bomb guard (process-wide, ~179 MP by default) would otherwise refuse what the setting allows.
     Image.MAX_IMAGE_PIXELS = spec.max_pixels
     try:
-        return render_page(Path(path).read_bytes(), spec, mark, bboxes)
+        result = render_page(Path(path).read_bytes(), spec, mark, bboxes)
     except ImageRejected as exc:
         cause = exc.__cause__
         return Refusal(reason_of(exc), exc.message, f"{type(cause).__name__}: {cause}" if cause else "")
+    return provenance.sign(result) if provenance is not None else result  # C2PA: sign the marked public tiers
 
 
 def file_sha256(path: Path) -> str:

@@ -2,25 +2,31 @@
 
 Marked public tiers by default; clean copies only for callers whose class allows ``clean=1``, never a marked image in
 their place. Images delivered to a key carry an XMP provenance note (the colophon package's ``Note``) naming the
-edition, the page's citation URL and the key's public reference; it is spliced into the file, pixels untouched.
+edition, the page's citation URL and the key's public reference; it is spliced into the file, pixels untouched, and
+then (``delivery_bytes``) the file is signed with a per-request C2PA manifest: mark, then XMP, then signature.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from colophon import Note
 from imagesvc.access.policy import CLASSES
 from imagesvc.errors import Forbidden, InvalidRequest, NotFound
-from imagesvc.imaging.embed import build_xmp
+from imagesvc.imaging.embed import build_xmp, splice_xmp, strip_c2pa
+from imagesvc.provenance import Delivery, SigningPaths
+from imagesvc.provenance.credentials import signing_paths
+from imagesvc.provenance.ingest import edition_text
 from imagesvc.services import Services
 from imagesvc.tools import Call
 from imagesvc.tools.books import require_book, unknown_book
 
-__all__ = ["IMAGE_TIERS", "ImageDelivery", "locate_image", "require_clean"]
+__all__ = ["IMAGE_TIERS", "ImageDelivery", "delivery_bytes", "locate_image", "require_clean"]
 
 IMAGE_TIERS = ("full", "display", "thumb")
 
@@ -35,6 +41,7 @@ class ImageDelivery:
     xmp: str | None
     filename: str
     clean: bool
+    credentials: Delivery | None = None  # what the per-request C2PA manifest says; None: sent as stored
 
 
 class Target(NamedTuple):
@@ -133,7 +140,7 @@ async def locate_image(
         raise NotFound(f"No {tier} image is stored for {name}.", recovery=["Ask an operator to re-run ingest."])
     key = rendition["clean_key"] if clean else rendition["public_key"]
     etag = rendition["sha256"][:32] + ("c" if clean else "m")
-    xmp = None
+    xmp, credentials = None, None
     if call.caller.key_ref is not None:
         note = Note(
             title=book_row["title"],
@@ -154,6 +161,20 @@ async def locate_image(
             }
         )
         etag += "-" + hashlib.sha256(xmp.encode()).hexdigest()[:12]
+        if services.settings.c2pa_sign:
+            credentials = Delivery(
+                title=f"{name}-{tier}{'-clean' if clean else ''}.jpg",
+                # The catalog's sha256 is the stored public tier's; a clean copy's is computed when it is read.
+                rendition_sha256="" if clean else rendition["sha256"],
+                marked=not clean,
+                key_ref=call.caller.key_ref,
+                date=note.date.isoformat(),
+                pool="images",
+                institution=book_row["institution"],
+                edition=edition_text(book_row["title"], book_row["year"]),
+                citation_url=note.url,
+                site_name=services.settings.site_name,
+            )
     private = clean or call.caller.key_ref is not None
     return ImageDelivery(
         key=key,
@@ -164,4 +185,31 @@ async def locate_image(
         xmp=xmp,
         filename=f"{name}-{tier}{'-clean' if clean else ''}.jpg",
         clean=clean,
+        credentials=credentials,
     )
+
+
+@lru_cache(maxsize=16)
+def _signing(settings: object) -> SigningPaths:
+    return signing_paths(settings)
+
+
+async def delivery_bytes(services: Services, delivery: ImageDelivery, stored: bytes) -> bytes:
+    """The bytes that go out for ``delivery``: the stored object, with its XMP note spliced and then, for a key, a
+    per-request C2PA manifest signed over the result (in a thread: signing is CPU work, 1-3 ms for a display tier).
+    Raises ``Unavailable`` (503) when the signing key cannot be used: a keyed image never goes out unsigned."""
+    if delivery.xmp is None:
+        return stored
+    if delivery.credentials is None:  # signing is off: a manifest from ingest would no longer match once the note is in
+        return splice_xmp(strip_c2pa(stored), delivery.xmp)
+    body = splice_xmp(stored, delivery.xmp)
+    paths = _signing(services.settings)
+    return await asyncio.get_running_loop().run_in_executor(None, _sign, stored, body, delivery.credentials, paths)
+
+
+def _sign(stored: bytes, body: bytes, credentials: Delivery, paths: SigningPaths) -> bytes:
+    from imagesvc.provenance.sign import sign_delivery  # c2pa loads with the first signed delivery
+
+    if not credentials.rendition_sha256:
+        credentials = replace(credentials, rendition_sha256=hashlib.sha256(stored).hexdigest())
+    return sign_delivery(body, credentials, paths)

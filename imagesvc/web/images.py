@@ -6,8 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from imagesvc.imaging.embed import splice_xmp
-from imagesvc.tools.image_delivery import IMAGE_TIERS, locate_image
+from imagesvc.tools.image_delivery import IMAGE_TIERS, delivery_bytes, locate_image
 from imagesvc.web.keys import SERVICES
 from imagesvc.web.params import accepts
 from imagesvc.web.responses import BytesResponse
@@ -52,6 +51,6 @@ async def image(request: web.Request, arguments: dict[str, Any]) -> web.StreamRe
         return web.Response(status=304, headers=headers)  # a 304 delivers nothing and counts nothing
     await call.meter.reserve("images", 1)  # on a HEAD the meter only checks: a 429 where GET gets one, nothing spent
     stored = await services.store.get(delivery.key)
-    body = splice_xmp(stored.data, delivery.xmp) if delivery.xmp else stored.data
+    body = await delivery_bytes(services, delivery, stored.data)  # XMP note, then the C2PA manifest for a key
     headers["Content-Disposition"] = f'inline; filename="{delivery.filename}"'
     return BytesResponse(body, content_type="image/jpeg", headers=headers)

@@ -60,4 +60,4 @@ def test_rebake_redraws_marks_and_ingest_agrees(demo_library: dict[str, Any], tm
     rendered_elsewhere = again.pages_rendered
     assert rendered_elsewhere == 19  # only the three other books (7 + 6 + 6 pages with images) are re-marked
     _rebake(settings_for(data), [slug])
-    assert _display(data, slug, 2)[0] == old_key  # back to the original settings: the very same bytes
+    assert _display(data, slug, 2)[0] == old_key  # back to the original settings: the very same image data

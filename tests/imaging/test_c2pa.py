@@ -1,0 +1,128 @@
+"""C2PA signing of page tiers: what gets signed, what a validator reads back, and the chains a validator refuses."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import stat
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from imagesvc.errors import Unavailable
+from imagesvc.imaging import MarkSpec, TierSpec
+from imagesvc.imaging.embed import strip_c2pa
+from imagesvc.imaging.render import render_page
+from imagesvc.provenance import PageSource, SigningPaths
+from imagesvc.provenance.credentials import check_chain, ensure_local_ca
+from imagesvc.provenance.manifests import SOURCE_LABEL
+from imagesvc.provenance.sign import read_credentials, sign_jpeg, sign_page
+from tests.imaging.awkward import encode, page_image
+
+MARK = MarkSpec("A Library", "https://library.example/book/b?page=3", "A Museum")
+SOURCE = PageSource("A Museum", "A Herbal (1598)", "https://library.example/book/b?page=3", "A Library")
+MASTER_SHA = "5e" * 32
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> SigningPaths:
+    return ensure_local_ca(tmp_path_factory.mktemp("ca") / "c2pa", "A Library")
+
+
+def _after_sos(jpeg: bytes) -> bytes:
+    return jpeg[jpeg.index(b"\xff\xda") :]
+
+
+def test_marked_tiers_are_signed_and_read_back_trusted(ca: SigningPaths) -> None:
+    page = render_page(encode(page_image(900, 1200)), TierSpec(), MARK, [(0.1, 0.1, 0.5, 0.5)])
+    signed = sign_page(page, SOURCE, MASTER_SHA, ca)
+    for tier, rendition in signed.public.items():
+        found = read_credentials(rendition.data, ca.anchor)
+        assert found.state == "Trusted", (tier, found.failures)
+        assert found.manifest["ingredients"][0]["instance_id"] == f"urn:sha256:{MASTER_SHA}"
+        assert found.assertion(SOURCE_LABEL)["edition"] == "A Herbal (1598)"
+        assert _after_sos(rendition.data) == _after_sos(page.public[tier].data)  # pixels as rendered
+        assert strip_c2pa(rendition.data) == page.public[tier].data
+        assert rendition.sha256 == page.public[tier].sha256  # keys address the image, whatever the salts
+    assert read_credentials(signed.illustrations[0].public["display"].data, ca.anchor).state == "Trusted"
+    assert signed.clean == page.clean  # clean copies are never signed at ingest
+    assert read_credentials(signed.clean["display"].data).state is None
+    # Without the local root as anchor a validator still finds the file intact, from an issuer it does not know.
+    assert read_credentials(signed.public["display"].data).state == "Valid"
+
+
+def test_unmarked_small_pages_are_left_alone(ca: SigningPaths) -> None:
+    page = render_page(encode(page_image(400, 300)), TierSpec(), MARK, [])
+    assert sign_page(page, SOURCE, MASTER_SHA, ca).public == page.public
+
+
+def test_local_ca_is_made_once_even_by_racing_processes(tmp_path: Path) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        made = list(pool.map(lambda _: ensure_local_ca(tmp_path / "c2pa", "Lib"), range(4)))
+    assert len({m.chain.read_bytes() for m in made}) == 1
+    assert stat.S_IMODE(os.stat(made[0].key).st_mode) == 0o600
+    assert check_chain(made[0]) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c2pa"]  # no staging folder left behind
+
+
+def _leaf(*, eku: list[x509.ObjectIdentifier], self_signed: bool = False, aki: bool = True):
+    root_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    name = lambda cn: x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])  # noqa: E731
+    now = dt.datetime.now(dt.UTC)
+    issuer, signing_key = (name("leaf"), key) if self_signed else (name("root"), root_key)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name("leaf"))
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(eku), critical=False)
+    )
+    if aki:
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(signing_key.public_key()), critical=False
+        )
+    return builder.sign(signing_key, hashes.SHA256()), key
+
+
+def _write(tmp_path: Path, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> SigningPaths:
+    pem = serialization.Encoding.PEM
+    (tmp_path / "chain.pem").write_bytes(cert.public_bytes(pem))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return SigningPaths(tmp_path / "chain.pem", tmp_path / "key.pem")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "problem"),
+    [
+        ({"eku": [ExtendedKeyUsageOID.SERVER_AUTH]}, "emailProtection or documentSigning"),
+        ({"eku": [ExtendedKeyUsageOID.EMAIL_PROTECTION], "self_signed": True}, "self-signed"),
+        ({"eku": [ExtendedKeyUsageOID.EMAIL_PROTECTION], "aki": False}, "authorityKeyIdentifier"),
+    ],
+)
+def test_chains_a_validator_refuses_are_named_and_refused(tmp_path: Path, kwargs: dict, problem: str) -> None:
+    paths = _write(tmp_path, *_leaf(**kwargs))
+    problems = check_chain(paths)
+    assert any(problem in p for p in problems), problems
+    with pytest.raises(Unavailable, match=r"Content Credentials failed|Cannot load"):
+        sign_jpeg(encode(page_image(200, 150)), {"title": "t", "format": "image/jpeg"}, paths)
+
+
+def test_a_key_that_is_not_the_leafs_is_named(tmp_path: Path, ca: SigningPaths) -> None:
+    cert, _ = _leaf(eku=[ExtendedKeyUsageOID.EMAIL_PROTECTION])
+    paths = _write(tmp_path, cert, ec.generate_private_key(ec.SECP256R1()))
+    assert any("does not belong" in p for p in check_chain(paths))
+    missing = SigningPaths(tmp_path / "absent.pem", tmp_path / "key.pem")
+    assert any("cannot read" in p for p in check_chain(missing))
+    with pytest.raises(Unavailable, match="Cannot load"):
+        sign_jpeg(encode(page_image(200, 150)), {"title": "t", "format": "image/jpeg"}, missing)
