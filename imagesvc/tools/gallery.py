@@ -6,6 +6,7 @@ from typing import Any
 
 from imagesvc.errors import NotFound
 from imagesvc.search.engine import engine_for
+from imagesvc.search.fusion import parse_query
 from imagesvc.search.gallery import Query
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
@@ -59,7 +60,18 @@ def gallery_items(services: Services, ids: list[str], extra: list[dict[str, Any]
 
 SEARCH_SCHEMA = {
     "properties": {
-        "query": {"type": "string", "maxLength": 500, "description": "Free text: what the picture shows."},
+        "query": {
+            "type": "string",
+            "maxLength": 500,
+            "description": "Free text: what the picture shows, in any words. -word leaves out illustrations whose "
+            'text has that word (-"two words" for a phrase).',
+        },
+        "exclude": {
+            "type": "string",
+            "maxLength": 500,
+            "description": "Words or quoted phrases, comma or space separated: illustrations whose text has any of "
+            "them are left out (as -word in query).",
+        },
         "like": {"type": "string", "minLength": 1, "description": "More like this: an illustration id."},
         "type": _TERM,
         "subject": _TERM,
@@ -72,7 +84,13 @@ SEARCH_SCHEMA = {
         "max_per_book": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 3},
         "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 20},
         "offset": {"type": "integer", "minimum": 0, "maximum": 100_000, "default": 0},
-        "min_score": {"type": "number", "minimum": -1, "maximum": 2},
+        "min_score": {
+            "type": "number",
+            "minimum": -1,
+            "maximum": 2,
+            "description": "Drop results whose similarity is lower. Text queries without CLIP: dense cosine + 0.2 x "
+            "keyword score, 0.25 to 1.2; about 0.45 keeps the clearly related (docs/search.md).",
+        },
     }
 }
 
@@ -83,6 +101,7 @@ async def search_images(
     call: Call,
     query: str | None = None,
     like: str | None = None,
+    exclude: str | None = None,
     book_id: str | None = None,
     collection: str | None = None,
     max_per_book: int = 3,
@@ -90,12 +109,14 @@ async def search_images(
     offset: int = 0,
     **filters: Any,
 ) -> dict[str, Any]:
-    """Search illustrations by what they show (CLIP, when weights are configured, fused with full text over
-    descriptions, subjects, figures and symbols) and by type, subject, figure, symbol, year range, book or collection.
+    """Search illustrations by what they show, in any words: a dense text model (paraphrases, misspellings) fused
+    with keyword search over descriptions, subjects, figures and symbols, and CLIP when weights are configured; and
+    by type, subject, figure, symbol, year range, book or collection. -word in the query, or exclude, leaves out
+    illustrations that mention a word.
 
     Filters apply before ranking; at most ``max_per_book`` results per book (1000 to enumerate). Each item has a
-    ``similarity`` (the ranking score; ``min_score`` drops lower ones). ``search.clip`` says whether CLIP is on.
-    Unknown book, collection or ``like`` id: not_found.
+    ``similarity`` (the ranking score; ``min_score`` drops lower ones) and its ``scores`` per signal;
+    ``search.signals`` says which signals ranked the results. Unknown book, collection or ``like`` id: not_found.
     """
     book_ids = None
     if book_id is not None:
@@ -103,31 +124,53 @@ async def search_images(
     in_ids = None
     if collection is not None:
         in_ids = frozenset(_require_collection(services, collection)["item_ids"])
+    parsed = parse_query((query or "").strip() or None, exclude)
+    engine = engine_for(services)
     q = Query(
-        text=(query or "").strip() or None,
+        text=parsed.positive,
         like=like,
         book_ids=book_ids,
         in_ids=in_ids,
+        exclude_ids=engine.excluded(parsed.negative) if parsed.negative else None,
         max_per_book=max_per_book,
         limit=limit,
         offset=offset,
         **filters,
     )
-    engine = engine_for(services)
-    table, ranked = await engine.search(q)
-    extra = [
-        {"similarity": s, "scores": {"clip": c, "text": t}, "duplicates": [table.ids[d] for d in dups]}
-        for s, c, t, dups in zip(ranked.similarity, ranked.clip, ranked.text, ranked.duplicates, strict=True)
-    ]
+    found = await engine.search(q)
+    table, ranked = found.table, found.ranked
+    extra = []
+    for row, s, c, t, dups in zip(
+        ranked.rows, ranked.similarity, ranked.clip, ranked.text, ranked.duplicates, strict=True
+    ):
+        iid = table.ids[row]
+        scores = {
+            "clip": c,
+            "text": t,
+            "dense": _rounded(found.dense.get(iid)),
+            "keyword": _rounded(found.fts.get(iid)),
+        }
+        extra.append({"similarity": s, "scores": scores, "duplicates": [table.ids[d] for d in dups]})
     items = gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
+    status = engine.status()
+    status["signals"] = found.signals
+    status["mode"] = "+".join(found.signals)
+    if parsed.negative:
+        status["excluded_terms"] = list(parsed.negative)
+    if found.corrected:
+        status["corrected"] = found.corrected
     return {
         "items": items,
         "total": ranked.total,
         "hasMore": offset + len(ranked.rows) < ranked.total,
         "limit": limit,
         "offset": offset,
-        "search": engine.status(),
+        "search": status,
     }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 @tool("get_image", {"required": ["id"], "properties": {"id": {"type": "string", "minLength": 1}}})

@@ -48,7 +48,7 @@ async def test_more_like_this_ranks_the_illustration_itself_first(clip_client: T
 
 async def test_text_query_uses_clip_and_says_so(clip_client: TestClient) -> None:
     body = await get(clip_client, "/api/gallery", q="serpent emblem", limit=10)
-    assert body["search"]["mode"] == "clip+full-text" and "RANDOM" in body["search"]["clip"]
+    assert body["search"]["signals"][0] == "clip" and "RANDOM" in body["search"]["clip"]
     assert body["items"] and all(i["scores"]["clip"] is not None for i in body["items"])
     assert all(u.startswith(IMAGE_HOST) for i in body["items"] for u in urls(i))
     top = body["items"][0]
@@ -90,13 +90,83 @@ async def test_min_score_drops_weaker_matches(clip_client: TestClient) -> None:
     assert body["total"] == len(body["items"]) < whole["total"]
 
 
-async def test_without_weights_search_is_full_text_and_says_so(client: TestClient) -> None:
+async def test_with_the_text_model_off_search_is_keyword_only_and_says_so(make_client: MakeClient) -> None:
+    client = await make_client(text_model="off")
     body = await get(client, "/api/gallery", q="serpent", maxPerBook=1000)
-    assert body["search"]["mode"] == "full-text" and body["search"]["clip"].startswith("off")
-    assert body["items"] and all(i["scores"]["clip"] is None for i in body["items"])
+    assert body["search"]["signals"] == ["full-text"] and body["search"]["mode"] == "full-text"
+    assert body["search"]["clip"].startswith("off") and body["search"]["text_model"].startswith("off")
+    assert body["items"] and all(i["scores"]["clip"] is None and i["scores"]["dense"] is None for i in body["items"])
     assert all("serpent" in str(i).lower() for i in body["items"])
+    # what keyword search cannot do: a paraphrase shares no word with the description it means
+    assert (await get(client, "/api/gallery", q="snake eating itself"))["total"] == 0
     empty = await get(client, "/api/vectors/gallery")
     assert empty["empty"] and empty["vectors"] == [] and "index" in empty["message"]
+
+
+@pytest.fixture
+async def text_client(make_client: MakeClient) -> TestClient:
+    """The embedded default (no CLIP weights, dense text model on), waiting as long as the model needs to load."""
+    return await make_client(text_model_wait=600)
+
+
+async def test_default_app_finds_a_paraphrase_and_says_which_signals_ranked(text_client: TestClient) -> None:
+    before = (await get(text_client, "/health"))["search"]
+    assert "loads on the first text query" in before["text_model"] and before["signals"] == ["full-text"]
+    body = await get(text_client, "/api/gallery", q="snake eating itself", maxPerBook=1000)
+    assert body["search"]["signals"] == ["dense-text", "full-text"]
+    top = body["items"][0]
+    assert "serpent biting its own tail" in top["description"]
+    assert top["scores"]["dense"] > 0.3 and top["scores"]["keyword"] is None and top["scores"]["clip"] is None
+    assert top["similarity"] == pytest.approx(top["scores"]["text"], abs=1e-6)
+    after = (await get(text_client, "/health"))["search"]
+    assert after["signals"] == ["dense-text", "full-text"] and after["text_model"].startswith("on: all-MiniLM-L6-v2")
+
+
+async def test_misspelt_words_are_corrected_and_the_response_says_so(text_client: TestClient) -> None:
+    body = await get(text_client, "/api/gallery", q="alembik", maxPerBook=1000)
+    assert body["search"]["corrected"] == {"alembik": "alembic"}
+    assert "alembic" in body["items"][0]["description"].lower()
+
+
+def _mentions(item: dict[str, Any], word: str) -> bool:
+    text = " ".join(
+        [item["description"] or "", item["museumDescription"] or "", str(item["metadata"]), item["type"] or ""]
+    )
+    return word in text.lower()
+
+
+async def test_negative_terms_leave_out_what_mentions_them(text_client: TestClient) -> None:
+    plain = await get(text_client, "/api/gallery", q="plan of a mountain district", maxPerBook=1000, limit=50)
+    assert any(_mentions(i, "map") for i in plain["items"])
+    minus = await get(text_client, "/api/gallery", q="plan of a mountain district -map", maxPerBook=1000, limit=50)
+    assert minus["items"] and not any(_mentions(i, "map") for i in minus["items"])
+    assert minus["search"]["excluded_terms"] == ["map"] and minus["total"] < plain["total"]
+    # the same through the tool's exclude argument, over MCP
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "search_images",
+            "arguments": {"query": "plan of a mountain district", "exclude": "map", "max_per_book": 1000, "limit": 50},
+        },
+    }
+    response = await text_client.post("/api/mcp", json=message)
+    result = (await response.json())["result"]
+    assert result["isError"] is False
+    ids = [i["id"] for i in result["structuredContent"]["items"]]
+    assert ids == [i["id"] for i in minus["items"]]
+
+
+async def test_min_score_is_on_the_fused_scale(text_client: TestClient) -> None:
+    whole = await get(text_client, "/api/gallery", q="furnace for heating", maxPerBook=1000, limit=50)
+    scores = [i["similarity"] for i in whole["items"]]
+    assert scores == sorted(scores, reverse=True) and scores[-1] >= 0.25 and scores[0] <= 1.2
+    for item in whole["items"]:
+        dense, keyword = item["scores"]["dense"] or 0.0, item["scores"]["keyword"] or 0.0
+        assert item["similarity"] == pytest.approx(dense + 0.2 * keyword, abs=1e-4)
+    cut = await get(text_client, "/api/gallery", q="furnace for heating", maxPerBook=1000, limit=50, min_score=0.45)
+    assert cut["items"] and all(i["similarity"] >= 0.45 for i in cut["items"]) and cut["total"] < whole["total"]
 
 
 async def test_collection_counts_match_items_after_removal_and_withdrawal(client: TestClient, data_dir: Path) -> None:
