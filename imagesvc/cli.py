@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -38,6 +39,18 @@ def cmd_serve(settings: Any, args: argparse.Namespace) -> int:
         log = logging.getLogger("imagesvc.serve")
         log.info("stopping: draining in-flight requests for up to %d s", settings.shutdown_timeout)
 
+    warming: set[asyncio.Task[None]] = set()
+
+    async def warm_search(app: web.Application) -> None:
+        # The text model and the search indexes load in the background, so the first searches need not wait.
+        from imagesvc.search.by_image import warm_up
+        from imagesvc.web.keys import SERVICES
+
+        task = asyncio.ensure_future(warm_up(app[SERVICES]))
+        warming.add(task)
+        task.add_done_callback(warming.discard)
+
+    app.on_startup.append(warm_search)
     app.on_shutdown.append(announce_drain)
     # SIGTERM and SIGINT: stop accepting, drain for shutdown_timeout, then close resources (cleanup_ctx) and exit 0.
     web.run_app(app, host=host, port=port, print=None, access_log=None, shutdown_timeout=settings.shutdown_timeout)
@@ -68,7 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_demo)
-    p = sub.add_parser("index", help="embed illustrations with CLIP (only new or changed ones) for gallery search")
+    p = sub.add_parser(
+        "index",
+        help="embed illustrations (text model; CLIP when configured) and hash them for search by image",
+    )
     p.add_argument("--full", action="store_true", help="re-embed every illustration")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

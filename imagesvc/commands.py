@@ -116,9 +116,10 @@ def cmd_demo(settings: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_index(settings: Any, args: argparse.Namespace) -> int:
-    """Embed new and changed illustrations (text model; CLIP when weights are configured) and publish the indexes
-    (docs/search.md)."""
+    """Embed new and changed illustrations (text model; CLIP when weights are configured), hash their windows for
+    search by image, and publish the indexes (docs/search.md)."""
     from imagesvc.catalog import Catalog
+    from imagesvc.search.block_index import sync_blocks
     from imagesvc.search.clip import Encoder, clip_spec
     from imagesvc.search.dense import run_text_index
     from imagesvc.search.index import run_index
@@ -132,6 +133,9 @@ def cmd_index(settings: Any, args: argparse.Namespace) -> int:
             text = await run_text_index(settings, catalog, full=args.full)
             lines = [text.line() if text else "text index: off (IMAGESVC_TEXT_MODEL=off)"]
             result["text"] = text.as_dict() if text else None
+            blocks = await sync_blocks(settings.data_dir, catalog, store, full=args.full)
+            result["blocks"] = blocks[1].as_dict()
+            lines.append(blocks[1].line())
             if spec.enabled:
                 summary = await run_index(
                     settings, catalog, store, Encoder(spec), progress=not args.quiet, full=args.full

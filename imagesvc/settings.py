@@ -212,10 +212,11 @@ class Settings:
         "offline) or off (keyword and CLIP only).",
         _choice("minilm", "off"),
     )
-    text_model_wait: int = _opt(
-        60,
-        "Seconds a search waits for the text model to load and embed new illustrations before it answers without "
-        "it (the work goes on in the background; search responses say which signals ranked them).",
+    search_wait: int = _opt(
+        3,
+        "Seconds a search waits for the text model to load, or for new illustrations to be embedded or hashed, "
+        "before it answers without them (the work goes on in the background; responses say which signals ranked "
+        "them). `imagesvc serve` starts that work at startup.",
         _non_negative_int,
     )
     upload_max_bytes: int = _opt(

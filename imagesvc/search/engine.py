@@ -222,7 +222,7 @@ class SearchEngine:
 
     async def dense_ready(self) -> bool:
         """Bring the dense text index up to date (model load and new embeddings in a thread) and say whether dense
-        ranking can be used. Waits at most ``text_model_wait`` seconds; the work goes on after that."""
+        ranking can be used. Waits at most ``search_wait`` seconds; the work goes on after that."""
         if self.text_model is None or self._dense_error:
             return False
         stamp = self.catalog.query_one("PRAGMA data_version")
@@ -232,7 +232,7 @@ class SearchEngine:
             rows = text_rows(self.catalog)  # read on the loop's thread: one SQLite connection
             self._dense_job = asyncio.ensure_future(asyncio.to_thread(self._sync_dense, rows, stamp))
         try:
-            await asyncio.wait_for(asyncio.shield(self._dense_job), self.settings.text_model_wait)
+            await asyncio.wait_for(asyncio.shield(self._dense_job), self.settings.search_wait)
         except TimeoutError:
             return self._dense is not None
         except ImagesvcError as exc:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import base64
+import io
+import json
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient
+from PIL import Image, ImageFilter, ImageOps
 
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.writes import remove_illustration, withdraw_book
@@ -22,7 +26,7 @@ IMAGE_HOST = f"{SITE}/img/"
 @pytest.fixture
 async def clip_client(make_client: MakeClient, data_dir: Path) -> TestClient:
     await index_library(settings_for(data_dir, **TINY))
-    return await make_client(**TINY)
+    return await make_client(**TINY, search_wait=600)  # rankings must not change as the text model comes in
 
 
 async def get(client: TestClient, path: str, status: int = 200, **params: Any) -> dict[str, Any]:
@@ -105,8 +109,9 @@ async def test_with_the_text_model_off_search_is_keyword_only_and_says_so(make_c
 
 @pytest.fixture
 async def text_client(make_client: MakeClient) -> TestClient:
-    """The embedded default (no CLIP weights, dense text model on), waiting as long as the model needs to load."""
-    return await make_client(text_model_wait=600)
+    """The embedded default (no CLIP weights, dense text model on), whose searches wait as long as the text model
+    needs to load and new illustrations need to be embedded or hashed (a server warms these up when it starts)."""
+    return await make_client(search_wait=600)
 
 
 async def test_default_app_finds_a_paraphrase_and_says_which_signals_ranked(text_client: TestClient) -> None:
@@ -240,3 +245,142 @@ async def test_unknown_ids_are_404(clip_client: TestClient) -> None:
     ]:
         body = await get(clip_client, path, 404, **params)
         assert body["error"] == "not_found" and body["recovery"]
+
+
+# -- search by image ----------------------------------------------------------------------------------------------
+
+
+def _printings(demo_library: dict[str, Any]) -> tuple[Path, list[dict[str, Any]]]:
+    """The demo sources' folder and the printings of the shared woodblock (demo-expected.json)."""
+    root = Path(demo_library["manifest"]).parent
+    expected = json.loads((root / "demo-expected.json").read_text(encoding="utf-8"))
+    pages = {(p["book"], p["page"]): p for p in expected["pages"]}
+    printings = [
+        i | {"image": pages[(i["book"], i["page"])]["image"]} for i in expected["illustrations"] if i.get("block")
+    ]
+    return root, printings
+
+
+def _page(root: Path, printing: dict[str, Any]) -> Image.Image:
+    return ImageOps.exif_transpose(Image.open(root / printing["image"])).convert("RGB")
+
+
+def _jpeg(image: Image.Image, quality: int = 85) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+def _where(item: dict[str, Any]) -> tuple[str, int, int]:
+    return (item["bookId"], item["pageNumber"], item["detectionIndex"])
+
+
+async def _book_ids(client: TestClient) -> dict[str, str]:
+    books = (await get(client, "/api/books", limit=50))["books"]
+    return {b["slug"]: b["id"] for b in books}
+
+
+async def test_an_uploaded_crop_of_a_woodcut_finds_every_book_that_prints_it(
+    text_client: TestClient, demo_library: dict[str, Any]
+) -> None:
+    root, printings = _printings(demo_library)
+    assert len({p["book"] for p in printings}) == 3
+    slugs = await _book_ids(text_client)
+    want = {(slugs[p["book"]], p["page"], p["index"]) for p in printings}
+    first = printings[0]
+    x0, y0, x1, y1 = first["box"]
+    w, h = x1 - x0, y1 - y0
+    crop = _page(root, first).crop((x0 + w // 5, y0 + h // 5, x1 - w // 5, y1 - h // 5))  # the middle 60%
+    response = await text_client.post(
+        "/api/gallery/search-by-image", data=_jpeg(crop), headers={"Content-Type": "image/jpeg"}
+    )
+    body = await response.json()
+    assert response.status == 200, body
+    assert {_where(i) for i in body["same_block"]} == want
+    assert sorted(body["books"]) == sorted(slugs[p["book"]] for p in printings)
+    assert all(i["match"] >= 0.75 for i in body["same_block"]) and body["similar"] is None
+    assert body["search"]["signals"] == ["block-hashes"]
+
+
+async def test_a_photo_of_a_page_region_finds_the_trimmed_printing_too(
+    text_client: TestClient, demo_library: dict[str, Any]
+) -> None:
+    """A photo: the woodcut with a margin of page and text round it, turned a little, blurred, small, recompressed;
+    sent as a multipart form, the way a browser uploads a file."""
+    root, printings = _printings(demo_library)
+    slugs = await _book_ids(text_client)
+    second = printings[2]  # the smaller printing in the mining book
+    x0, y0, x1, y1 = second["box"]
+    w, h = x1 - x0, y1 - y0
+    region = _page(root, second).crop((x0 - w // 6, y0 - h // 8, x1 + w // 8, y1 + h // 5))
+    photo = region.rotate(1.5, fillcolor=(231, 218, 186)).filter(ImageFilter.GaussianBlur(1.5))
+    photo = photo.resize((photo.width * 2 // 3, photo.height * 2 // 3))
+    form = aiohttp.FormData()
+    form.add_field("image", _jpeg(photo, 60), filename="photo.jpg", content_type="image/jpeg")
+    form.add_field("limit", "10")
+    response = await text_client.post("/api/gallery/search-by-image", data=form)
+    body = await response.json()
+    assert response.status == 200, body
+    assert {_where(i) for i in body["same_block"]} == {(slugs[p["book"]], p["page"], p["index"]) for p in printings}
+
+
+async def test_search_by_image_over_mcp_and_a_picture_of_another_block(
+    text_client: TestClient, demo_library: dict[str, Any]
+) -> None:
+    root, printings = _printings(demo_library)
+    expected = json.loads((root / "demo-expected.json").read_text(encoding="utf-8"))
+    other = next(i for i in expected["illustrations"] if i["book"] == "demo-sefer-maarekhet-ha-kokhavim")
+    pages = {(p["book"], p["page"]): p["image"] for p in expected["pages"]}
+    picture = _page(root, other | {"image": pages[(other["book"], other["page"])]}).crop(other["box"])
+    message = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {
+            "name": "search_images_by_image",
+            "arguments": {"image": base64.b64encode(_jpeg(picture)).decode()},
+        },
+    }
+    result = (await (await text_client.post("/api/mcp", json=message)).json())["result"]
+    assert result["isError"] is False
+    found = result["structuredContent"]["same_block"]
+    slugs = await _book_ids(text_client)
+    assert [_where(i) for i in found][:1] == [(slugs[other["book"]], other["page"], other["index"])]
+    assert not {_where(i) for i in found} & {(slugs[p["book"]], p["page"], p["index"]) for p in printings}
+
+
+async def test_uploads_that_are_not_usable_images_get_clear_json_errors(
+    make_client: MakeClient, demo_library: dict[str, Any]
+) -> None:
+    client = await make_client(upload_max_bytes=200_000)
+    root = Path(demo_library["manifest"]).parent
+    route = "/api/gallery/search-by-image"
+
+    async def post(data: Any, ctype: str | None, status: int, code: str) -> dict[str, Any]:
+        headers = {"Content-Type": ctype} if ctype else {}
+        response = await client.post(route, data=data, headers=headers)
+        body = await response.json()
+        assert response.status == status and body["error"] == code and body["message"] and body["recovery"], body
+        assert "RateLimit" in response.headers  # metered like any request
+        return body
+
+    await post(b"this is not a picture at all", "image/png", 422, "image_rejected")  # a lying header
+    await post(b"\x89PNG\r\n\x1a\n" + bytes(300), "image/png", 422, "image_rejected")  # PNG magic, nothing else
+    bomb = await post((root / "broken" / "bomb.png").read_bytes(), "image/png", 422, "image_rejected")
+    assert "bomb" in bomb["message"]
+    await post((root / "broken" / "truncated.jpg").read_bytes(), "image/jpeg", 422, "image_rejected")
+    big = await post(bytes(300_000), "image/jpeg", 413, "payload_too_large")
+    assert big["max_bytes"] == 200_000
+    await post(json.dumps({"image": "@@not base64@@"}), "application/json", 400, "invalid_request")
+    await post(json.dumps({"image": "aGk=", "shape": "round"}), "application/json", 400, "invalid_request")
+    await post(b"hello", "text/plain", 400, "invalid_request")
+    await post(b"", "image/jpeg", 400, "invalid_request")
+    # the requests counter went down by one per upload, errors included
+    first = (await client.get("/api/books")).headers["RateLimit"]
+    await post(b"junk", "image/jpeg", 422, "image_rejected")
+    second = (await client.get("/api/books")).headers["RateLimit"]
+    assert _remaining(first) - _remaining(second) == 2
+
+
+def _remaining(header: str) -> int:
+    return int(header.split('"requests";r=')[1].split(";")[0])

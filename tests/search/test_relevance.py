@@ -23,7 +23,7 @@ async def services(demo_library: dict[str, Any], tmp_path: Path) -> Any:
     data = copy_library(demo_library["data"], tmp_path / "data")
     catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
     made = {
-        mode: Services(settings_for(data, text_model=mode, text_model_wait=600), catalog, store)
+        mode: Services(settings_for(data, text_model=mode, search_wait=600), catalog, store)
         for mode in ("minilm", "off")
     }
     yield made
