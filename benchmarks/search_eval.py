@@ -71,8 +71,14 @@ def metrics(ranked: list[list[str]], relevant: set[str]) -> tuple[float, float]:
     return recall, min(dcg / ideal, 1.0)
 
 
-async def run_query(services: Services, query: str) -> list[list[str]]:
+SIMILARITIES: dict[bool, list[float]] = {True: [], False: []}  # fused similarity of relevant / other results
+
+
+async def run_query(services: Services, query: str, relevant: set[str] | None = None) -> list[list[str]]:
     body = await search_images(services, None, query=query, max_per_book=1000, limit=10)  # type: ignore[arg-type]
+    if relevant is not None:
+        for item in body["items"]:
+            SIMILARITIES[bool(relevant & {item["id"], *item["duplicates"]})].append(item["similarity"])
     return [[i["id"], *i["duplicates"]] for i in body["items"]]
 
 
@@ -97,7 +103,8 @@ async def evaluate(data: Path, grid: bool) -> dict[str, Any]:
             ref_of[f"{row['slug']}:{row['page_number']}:{row['idx']}"] = row["id"]
         texts = {ref: illustration_text(r) for r in text_rows(catalog) for ref, iid in ref_of.items() if iid == r["id"]}
         out["paraphrase_overlaps"] = check_paraphrases(spec["queries"], texts)
-        base = {"data_dir": data, "site_url": "https://library.example", "session_secret": "eval"}
+        # search_wait: every query waits for the text model, so no query is ranked while it is still loading
+        base = {"data_dir": data, "site_url": "https://library.example", "session_secret": "eval", "search_wait": 600}
         services = {
             "keyword": Services(load_settings({}, **base, text_model="off"), catalog, store, b"eval"),
             "fused": Services(load_settings({}, **base), catalog, store, b"eval"),
@@ -118,7 +125,8 @@ async def evaluate(data: Path, grid: bool) -> dict[str, Any]:
                 else:
                     runs[f"w={w} floor={f}"] = await run_query(services["fused"], q["query"])
             fusion.W_FTS, fusion.DENSE_FLOOR = default[0], default[1]
-            runs["fused"] = runs[f"w={default[0]} floor={default[1]}"]
+            runs["fused"] = await run_query(services["fused"], q["query"], relevant)
+
             for mode, ranked in runs.items():
                 m = metrics(ranked, relevant)
                 results[mode][q["category"]].append(m)
@@ -171,6 +179,11 @@ def main() -> int:
             continue
         cells = "".join(f"{row[c][0]:>9.2f}{row[c][1]:>9.2f}" if c in row else f"{'-':>18}" for c in cats)
         print(f"{mode:<24}{cells}")
+    for label, key in (("relevant", True), ("other", False)):
+        values = sorted(SIMILARITIES[key])
+        if values:
+            quartiles = [values[int(f * (len(values) - 1))] for f in (0.1, 0.25, 0.5, 0.75, 0.9)]
+            print(f"fused similarity of {label} results (10/25/50/75/90%): " + " ".join(f"{v:.2f}" for v in quartiles))
     return 0
 
 
