@@ -184,7 +184,7 @@ class Settings:
     clip_weights: str = _opt(
         "",
         "CLIP weights: a .pt/.safetensors file, local-dir:DIR (open_clip hub layout), or random (tests and "
-        "benchmarks only: meaningless ranking). Empty: CLIP is off and gallery search is full-text only.",
+        "benchmarks only: meaningless ranking). Empty: CLIP is off and gallery search ranks by text only.",
         str,
     )
     clip_device: str = _opt(

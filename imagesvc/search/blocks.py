@@ -148,13 +148,12 @@ def correlation(
     a = _grey(query, _inner(qbox, 0.1), VERIFY_SIDE)
     x0, y0, x1, y1 = _inner(sbox, 0.1)
     w, h = x1 - x0, y1 - y0
-    best = -1.0
-    for scale in SCALES:
-        for dx in SHIFTS:
-            for dy in SHIFTS:
-                cx, cy = x0 + w / 2 + dx * w, y0 + h / 2 + dy * h
-                box = (cx - w * scale / 2, cy - h * scale / 2, cx + w * scale / 2, cy + h * scale / 2)
-                if min(box) < -1e-9 or max(box) > 1 + 1e-9:
-                    continue
-                best = max(best, float((a * _grey(stored, box, VERIFY_SIDE)).mean()))
-    return best
+
+    def score(scale: float, dx: float, dy: float) -> float:
+        cx, cy = x0 + w / 2 + dx * w, y0 + h / 2 + dy * h
+        box = (cx - w * scale / 2, cy - h * scale / 2, cx + w * scale / 2, cy + h * scale / 2)
+        if min(box) < -1e-9 or max(box) > 1 + 1e-9:
+            return -1.0
+        return float((a * _grey(stored, box, VERIFY_SIDE)).mean())
+
+    return max(score(s, dx, dy) for s in SCALES for dx in SHIFTS for dy in SHIFTS)

@@ -33,6 +33,7 @@ __all__ = ["BlockMatch", "ImageMatcher", "matcher_for"]
 
 log = logging.getLogger("imagesvc.search.by_image")
 CANDIDATES = 40  # verified at most per query (each costs one thumbnail read and ~20 ms of correlation)
+CLEAR_MATCH = 0.9
 QUERY_SIDE = 400  # the query is reduced to this longest side before hashing (stored thumbnails are 300 px)
 
 
@@ -119,7 +120,12 @@ class ImageMatcher:
 
 
 def _verify(query: Image.Image, stored: Image.Image, pairs: list[tuple[Any, Any]]) -> float:
-    return max(correlation(query, qbox, stored, sbox) for qbox, sbox in pairs)
+    best = -1.0
+    for qbox, sbox in pairs:  # closest pair first; a clear match needs no second look
+        best = max(best, correlation(query, qbox, stored, sbox))
+        if best >= CLEAR_MATCH:
+            break
+    return best
 
 
 async def warm_up(services: Any) -> None:

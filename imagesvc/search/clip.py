@@ -1,6 +1,6 @@
 """The CLIP encoder of the gallery: open_clip loaded lazily from operator-supplied weights, offline, off the event loop.
 
-With ``IMAGESVC_CLIP_WEIGHTS`` empty there is no encoder at all (gallery search is full-text only); ``random`` builds
+With ``IMAGESVC_CLIP_WEIGHTS`` empty there is no encoder at all (gallery search ranks by text only); ``random`` builds
 the configured model with random weights, for tests and benchmarks only. ``torch`` and ``open_clip`` are imported on
 first use, so code that never encodes never pays for them (~6 s).
 """
@@ -56,7 +56,7 @@ class ClipSpec:
     def describe(self) -> str:
         """One plain sentence on what CLIP search is doing, for /health, search responses and the logs."""
         if not self.weights:
-            return "off: no CLIP weights configured (IMAGESVC_CLIP_WEIGHTS), gallery search is full-text only"
+            return "off: no CLIP weights configured (IMAGESVC_CLIP_WEIGHTS), gallery search ranks by text only"
         if self.weights == "random":
             return f"on with RANDOM weights ({self.model}): rankings are meaningless, for tests and benchmarks only"
         return f"on: {self.model} with weights {self.weights}"
