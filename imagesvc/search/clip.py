@@ -1,6 +1,6 @@
 """The CLIP encoder of the gallery: open_clip loaded lazily from operator-supplied weights, offline, off the event loop.
 
-With ``IMAGESVC_CLIP_WEIGHTS`` empty there is no encoder at all (gallery search is full-text only); ``random`` builds
+With ``IMAGESVC_CLIP_WEIGHTS`` empty there is no encoder at all (gallery search ranks by text only); ``random`` builds
 the configured model with random weights, for tests and benchmarks only. ``torch`` and ``open_clip`` are imported on
 first use, so code that never encodes never pays for them (~6 s).
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from imagesvc.errors import Unavailable
+from imagesvc.search.torch_compat import import_torch
 
 __all__ = ["TINY_MODEL", "ClipSpec", "Encoder", "clip_spec"]
 
@@ -56,7 +56,7 @@ class ClipSpec:
     def describe(self) -> str:
         """One plain sentence on what CLIP search is doing, for /health, search responses and the logs."""
         if not self.weights:
-            return "off: no CLIP weights configured (IMAGESVC_CLIP_WEIGHTS), gallery search is full-text only"
+            return "off: no CLIP weights configured (IMAGESVC_CLIP_WEIGHTS), gallery search ranks by text only"
         if self.weights == "random":
             return f"on with RANDOM weights ({self.model}): rankings are meaningless, for tests and benchmarks only"
         return f"on: {self.model} with weights {self.weights}"
@@ -72,18 +72,7 @@ def _import_open_clip() -> Any:
     with _import_lock:
         if _open_clip is not None:
             return _open_clip
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a hub name then fails at once instead of retrying for ~46 s
-        import torch
-
-        try:
-            import torchvision  # noqa: F401
-        except RuntimeError:
-            # torchvision 0.28 wheels built against a newer torch miss these operator schemas; declaring them lets
-            # the import finish (the gallery never calls them).
-            lib = torch.library.Library("torchvision", "DEF")
-            lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-            lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-            _import_open_clip.lib = lib  # type: ignore[attr-defined]
+        import_torch()
         import open_clip
 
         folder = Path(tempfile.mkdtemp(prefix="imagesvc-clip-"))

@@ -10,18 +10,30 @@ import asyncio
 import logging
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from imagesvc.errors import NotFound
+from imagesvc.errors import ImagesvcError, NotFound
 from imagesvc.search.clip import ClipSpec, Encoder, clip_spec
+from imagesvc.search.dense import (
+    MODEL_KEY,
+    Passages,
+    TextModel,
+    illustration_text,
+    shared_model,
+    sync_text_index,
+    text_rows,
+)
+from imagesvc.search.fusion import fuse
 from imagesvc.search.gallery import GalleryTable, Query, Ranked, rank
-from imagesvc.search.text import text_search
+from imagesvc.search.spelling import Vocabulary
+from imagesvc.search.text import matching_ids, text_search
 from imagesvc.search.vectors import VectorIndex, load_index
 
-__all__ = ["SearchEngine", "engine_for"]
+__all__ = ["Scored", "SearchEngine", "engine_for"]
 
 log = logging.getLogger("imagesvc.search")
 
@@ -35,12 +47,33 @@ def engine_for(services: Any) -> SearchEngine:
     return engine
 
 
+@dataclass
+class Scored:
+    """A ranked page with the per-signal scores behind it and the signals that ranked it."""
+
+    table: GalleryTable
+    ranked: Ranked
+    fts: dict[str, float] = field(default_factory=dict)
+    dense: dict[str, float] = field(default_factory=dict)
+    signals: list[str] = field(default_factory=list)
+    corrected: dict[str, str] = field(default_factory=dict)  # query word -> the library word searched instead
+
+
 class SearchEngine:
-    def __init__(self, settings: Any, catalog: Any, encoder: Encoder | None = None) -> None:
+    def __init__(
+        self, settings: Any, catalog: Any, encoder: Encoder | None = None, text_model: TextModel | None = None
+    ) -> None:
         self.settings = settings
         self.catalog = catalog
         self.spec: ClipSpec = clip_spec(settings)
         self.encoder = encoder or (Encoder(self.spec) if self.spec.enabled else None)
+        on = getattr(settings, "text_model", "off") != "off"
+        self.text_model = text_model or (shared_model() if on else None)
+        self._dense: VectorIndex | None = None
+        self._dense_stamp: Any = None
+        self._dense_groups = Passages([], np.zeros(0, np.int64))
+        self._dense_job: asyncio.Future[Any] | None = None
+        self._dense_error: str | None = None
         self._data_dir = Path(settings.data_dir)
         self._lock = threading.Lock()
         self._index: VectorIndex | None = None
@@ -59,6 +92,7 @@ class SearchEngine:
             if data_dir is not None:
                 self._data_dir = Path(data_dir)
             self._index = self._index_stamp = self._table = self._catalog_stamp = None
+            self._dense = self._dense_stamp = None
             self._memo = {}
 
     def _pointer_stamp(self) -> float:
@@ -90,10 +124,35 @@ class SearchEngine:
     def clip_ready(self, index: VectorIndex | None) -> bool:
         return self.encoder is not None and index is not None and index.model_key == self.spec.key and index.dims > 0
 
+    def text_model_state(self) -> str:
+        """One plain sentence on the dense text signal, for /health and search responses."""
+        if self.text_model is None:
+            return "off (IMAGESVC_TEXT_MODEL=off): no dense text ranking"
+        if self._dense_error:
+            return f"unavailable: {self._dense_error}"
+        if self._dense is not None:
+            return f"on: {MODEL_KEY}, {len(self._dense_groups.ids)} illustrations embedded"
+        if self._dense_job is not None:
+            return f"loading: {MODEL_KEY} and the text index (keyword ranking until ready)"
+        return f"on: {MODEL_KEY}, loads on the first text query"
+
+    def signals(self) -> list[str]:
+        """The signals a text query is ranked by right now."""
+        out = ["clip"] if self.clip_ready(self.index()) else []
+        if self.text_model is not None and self._dense is not None and not self._dense_error:
+            out.append("dense-text")
+        return [*out, "full-text"]
+
     def status(self) -> dict[str, Any]:
         """What search is doing, in words and numbers (for /health and search responses)."""
         index = self.index()
-        out: dict[str, Any] = {"clip": self.spec.describe(), "mode": "full-text"}
+        signals = self.signals()
+        out: dict[str, Any] = {
+            "clip": self.spec.describe(),
+            "text_model": self.text_model_state(),
+            "mode": "+".join(signals),
+            "signals": signals,
+        }
         if index is not None:
             out["index"] = {
                 "version": index.version,
@@ -102,10 +161,8 @@ class SearchEngine:
                 "model": index.model_key,
                 "written_at": index.meta.get("written_at"),
             }
-        if self.clip_ready(index):
-            out["mode"] = "clip+full-text"
-        elif self.encoder is not None:
-            out["clip"] += "; no index for this model yet: run `imagesvc index` (full-text only until then)"
+        if self.encoder is not None and not self.clip_ready(index):
+            out["clip"] += "; no index for this model yet: run `imagesvc index` (no CLIP ranking until then)"
         return out
 
     def memo(self, name: str, build: Any) -> Any:
@@ -161,9 +218,79 @@ class SearchEngine:
         matrix = index.embeddings if index is not None and vector is not None else None
         return rank(table, q, matrix, vector, text_scores)
 
-    async def search(self, q: Query) -> tuple[GalleryTable, Ranked]:
-        """Rank ``q``; returns the table (to name rows) and the page. ``NotFound`` for an unknown ``like`` id."""
-        # Catalog reads stay on the loop's thread (one SQLite connection); the numpy work goes to a thread.
+    # -- dense text ----------------------------------------------------------------------------------------------
+
+    async def dense_ready(self) -> bool:
+        """Bring the dense text index up to date (model load and new embeddings in a thread) and say whether dense
+        ranking can be used. Waits at most ``search_wait`` seconds; the work goes on after that."""
+        if self.text_model is None or self._dense_error:
+            return False
+        stamp = self.catalog.query_one("PRAGMA data_version")
+        if self._dense is not None and self._dense_stamp == stamp:
+            return True
+        if self._dense_job is None or self._dense_job.done():
+            rows = text_rows(self.catalog)  # read on the loop's thread: one SQLite connection
+            self._dense_job = asyncio.ensure_future(asyncio.to_thread(self._sync_dense, rows, stamp))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._dense_job), self.settings.search_wait)
+        except TimeoutError:
+            return self._dense is not None
+        except ImagesvcError as exc:
+            self._dense_error = exc.message
+            log.error("dense text search is off: %s", exc.message)
+            return False
+        return self._dense is not None
+
+    def _sync_dense(self, rows: list[dict[str, Any]], stamp: Any) -> None:
+        assert self.text_model is not None
+        self.text_model.load()
+        index, _ = sync_text_index(self._data_dir, rows, self.text_model)
+        groups = Passages.of(index)
+        with self._lock:
+            self._dense, self._dense_stamp, self._dense_groups = index, stamp, groups
+
+    def _dense_scores(self, text: str) -> tuple[list[str], np.ndarray] | None:
+        dense = self._dense
+        if dense is None or self.text_model is None or not len(dense.ids):
+            return None
+        key = "dense:" + " ".join(text.casefold().split())
+        with self._lock:
+            vector = self._cache.get(key)
+        if vector is None:
+            vector = self.text_model.encode([text])[0]
+            with self._lock:
+                self._cache[key] = vector
+                while len(self._cache) > self.settings.query_cache_size:
+                    self._cache.popitem(last=False)
+        groups = self._dense_groups
+        return groups.ids, groups.best(dense.embeddings @ vector)
+
+    def excluded(self, terms: tuple[str, ...]) -> frozenset[str]:
+        """Ids of illustrations whose text matches any of ``terms`` as keywords (negative query terms)."""
+        out: set[str] = set()
+        for term in terms:
+            out |= matching_ids(self.catalog, term)
+        return frozenset(out)
+
+    async def search(self, q: Query) -> Scored:
+        """Rank ``q``: the page, its per-signal scores and the signals used. ``NotFound`` for an unknown ``like``."""
+        # Catalog reads stay on the loop's thread (one SQLite connection); model and numpy work go to a thread.
         table = self.table()
-        text_scores = text_search(self.catalog, q.text) if q.text and q.like is None else None
-        return table, await asyncio.to_thread(self._run, table, q, text_scores)
+        if not (q.text and q.like is None):
+            return Scored(table, await asyncio.to_thread(self._run, table, q, None), signals=self.signals())
+        use_dense = await self.dense_ready()
+        fixes: dict[str, str] = {}
+        if use_dense and self.text_model is not None:  # spelling needs the model's dictionary
+            vocabulary = self.memo("vocabulary", lambda: Vocabulary(map(illustration_text, text_rows(self.catalog))))
+            text, fixes = await asyncio.to_thread(vocabulary.correct, q.text, self.text_model.is_common_word)
+            q = replace(q, text=text)
+        fts = text_search(self.catalog, q.text)  # type: ignore[arg-type]
+
+        def work() -> tuple[Ranked, dict[str, float], dict[str, float]]:
+            found = self._dense_scores(q.text) if use_dense else None  # type: ignore[arg-type]
+            fused, dense = fuse(found[0], found[1], fts) if found else fuse([], None, fts)
+            return self._run(table, q, fused), dense, fused
+
+        ranked, dense, _ = await asyncio.to_thread(work)
+        signals = [s for s in self.signals() if s != "dense-text" or use_dense]
+        return Scored(table, ranked, fts, dense, signals, fixes)

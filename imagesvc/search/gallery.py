@@ -39,6 +39,7 @@ class Query:
     year_to: int | None = None
     book_ids: tuple[str, ...] | None = None
     in_ids: frozenset[str] | None = None  # a collection's members
+    exclude_ids: frozenset[str] | None = None  # negative query terms matched these
     max_per_book: int = 3
     limit: int = 20
     offset: int = 0
@@ -154,6 +155,8 @@ def _mask(table: GalleryTable, q: Query) -> np.ndarray:
         hit = np.zeros(len(table), bool)
         hit[[r for r in map(table.row_of, q.in_ids) if r is not None]] = True
         mask &= hit
+    if q.exclude_ids:
+        mask[[r for r in map(table.row_of, q.exclude_ids) if r is not None]] = False
     return mask
 
 

@@ -6,9 +6,45 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["fts_expression", "text_search"]
+__all__ = ["STOP_WORDS", "fts_expression", "matching_ids", "text_search"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+# Function words match nearly every description, so in an any-word query they only add noise; a query made of
+# nothing else is still searched as written.
+STOP_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "for",
+        "from",
+        "has",
+        "have",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "their",
+        "this",
+        "to",
+        "was",
+        "were",
+        "which",
+        "with",
+        "without",
+    ]
+)
 
 
 def fts_expression(query: str) -> str | None:
@@ -17,6 +53,7 @@ def fts_expression(query: str) -> str | None:
     words = [w.lower() for w in _WORD.findall(query)][:32]
     if not words:
         return None
+    words = [w for w in words if w not in STOP_WORDS] or words
     terms = [f'"{w}"' for w in words]
     terms[-1] = f'"{words[-1]}"*'
     return " OR ".join(terms)
@@ -38,3 +75,22 @@ def text_search(catalog: Any, query: str, limit: int = 100_000) -> dict[str, flo
         return {}
     best = -rows[0]["rank"] or 1.0  # bm25() is negative: more negative is better
     return {row["id"]: max(-row["rank"] / best, 1e-6) for row in rows}
+
+
+def matching_ids(catalog: Any, term: str) -> set[str]:
+    """Ids of illustrations whose text or type holds ``term`` (a word, or a phrase: its words in order), the last word
+    also as a prefix, so "map" matches "maps". Nothing for a term with no word."""
+    words = [w.lower() for w in _WORD.findall(term)][:16]
+    if not words:
+        return set()
+    expression = '"' + " ".join(words) + '"*'
+    rows = catalog.query_all(
+        "SELECT i.id AS id FROM illustrations_fts JOIN illustrations i ON i.rowid = illustrations_fts.rowid"
+        " WHERE illustrations_fts MATCH ?",
+        (expression,),
+    )
+    found = {row["id"] for row in rows}
+    # The type ("map", "woodcut") is not in the FTS table but is part of what an illustration says it is.
+    pattern = re.compile(r"\b" + r"\W+".join(map(re.escape, words)) + r"\w*", re.IGNORECASE | re.UNICODE)
+    typed = catalog.query_all("SELECT id, type FROM illustrations WHERE type LIKE ?", (f"%{words[0]}%",))
+    return found | {row["id"] for row in typed if pattern.search(row["type"] or "")}

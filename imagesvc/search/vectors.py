@@ -48,13 +48,14 @@ class VectorIndex:
         return cls([], [], np.zeros((0, dims), np.float32), model_key)
 
 
-def _folder(data_dir: Path) -> Path:
-    return Path(data_dir) / "vectors"
+def _folder(data_dir: Path, name: str = "vectors") -> Path:
+    return Path(data_dir) / name
 
 
-def save_index(data_dir: Path, index: VectorIndex, schema_version: int) -> int:
-    """Write ``index`` as the next version and make it current; returns the version number."""
-    folder = _folder(data_dir)
+def save_index(data_dir: Path, index: VectorIndex, schema_version: int, name: str = "vectors") -> int:
+    """Write ``index`` as the next version in folder ``name`` (``textvectors``: the dense text index) and make it
+    current; returns the version number."""
+    folder = _folder(data_dir, name)
     folder.mkdir(parents=True, exist_ok=True)
     current = _read_current(folder)
     version = (current or {}).get("version", 0) + 1
@@ -97,9 +98,9 @@ def _read_current(folder: Path) -> dict[str, Any] | None:
         return None
 
 
-def load_index(data_dir: Path) -> VectorIndex | None:
-    """The current index, or ``None`` when ``imagesvc index`` has never run here."""
-    folder = _folder(data_dir)
+def load_index(data_dir: Path, name: str = "vectors") -> VectorIndex | None:
+    """The current index in folder ``name``, or ``None`` when ``imagesvc index`` has never run here."""
+    folder = _folder(data_dir, name)
     pointer = _read_current(folder)
     if pointer is None:
         return None

@@ -7,6 +7,7 @@ from typing import Any
 from imagesvc.catalog import fold, illustration_key
 from imagesvc.errors import InvalidRequest, NotFound
 from imagesvc.search.engine import engine_for
+from imagesvc.search.fusion import parse_query
 from imagesvc.search.gallery import Query
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
@@ -25,8 +26,15 @@ SEARCH_SCHEMA = {
         "query": {
             "type": "string",
             "maxLength": 500,
-            "description": "Free text: what the picture shows.",
+            "description": "Free text: what the picture shows, in any words. -word leaves out illustrations whose "
+            'text has that word (-"two words" for a phrase).',
             "x-aliases": ["q"],
+        },
+        "exclude": {
+            "type": "string",
+            "maxLength": 500,
+            "description": "Words or quoted phrases, comma or space separated: illustrations whose text has any of "
+            "them are left out (as -word in query).",
         },
         "like": {"type": "string", "minLength": 1, "description": "More like this: an illustration id."},
         "type": _TERM,
@@ -58,7 +66,13 @@ SEARCH_SCHEMA = {
             "maxLength": 200,
             "description": "next_cursor of the previous page: continues a listing without query or like, to any depth.",
         },
-        "min_score": {"type": "number", "minimum": -1, "maximum": 2, "description": "Drop results scored lower."},
+        "min_score": {
+            "type": "number",
+            "minimum": -1,
+            "maximum": 2,
+            "description": "Drop results whose similarity is lower. Text queries without CLIP: dense cosine + 0.2 x "
+            "keyword score, 0.25 to 1.2; about 0.45 keeps the clearly related (docs/search.md).",
+        },
         "include_images": INCLUDE_IMAGES,
     }
 }
@@ -70,6 +84,7 @@ async def search_images(
     call: Call,
     query: str | None = None,
     like: str | None = None,
+    exclude: str | None = None,
     book_id: str | None = None,
     collection: str | None = None,
     maxPerBook: int = 3,
@@ -80,16 +95,18 @@ async def search_images(
     include_images: bool = False,
     **filters: Any,
 ) -> dict[str, Any]:
-    """Search illustrations by what they show (CLIP, when weights are configured, fused with full text over
-    descriptions, subjects, figures and symbols) and by type, subject, figure, symbol, year range, book or collection.
+    """Search illustrations by what they show, in any words: a dense text model (paraphrases, misspellings) fused
+    with keyword search over descriptions, subjects, figures and symbols, and CLIP when weights are configured; and
+    by type, subject, figure, symbol, year range, book or collection. -word in the query, or exclude, leaves out
+    illustrations that mention a word.
 
     Filters apply before ranking; at most ``maxPerBook`` results per book. Each item has a ``similarity`` (the
-    ranking score; ``min_score`` drops lower ones) and its near-duplicates' ids in ``duplicates``; with
-    ``fold_duplicates`` only the best of each group is shown. ``total`` counts illustrations. Without ``query`` or
-    ``like`` the listing is in catalog order and ``next_cursor`` continues it past any offset: with a high
-    ``maxPerBook`` (1000) this enumerates every live illustration exactly once. ``search.clip`` says whether
-    CLIP is on. Errors: unknown book, collection or ``like`` id (not_found); a cursor with a ranked query, with an
-    offset, or not taken from ``next_cursor`` (invalid_request).
+    ranking score; ``min_score`` drops lower ones), its ``scores`` per signal and its near-duplicates' ids in
+    ``duplicates``; with ``fold_duplicates`` only the best of each group is shown. ``total`` counts illustrations.
+    ``search.signals`` says which signals ranked the results. Without ``query`` or ``like`` the listing is in catalog
+    order and ``next_cursor`` continues it past any offset: with a high ``maxPerBook`` (1000) this enumerates every
+    live illustration exactly once. Errors: unknown book, collection or ``like`` id (not_found); a cursor with a
+    ranked query, with an offset, or not taken from ``next_cursor`` (invalid_request).
     """
     if cursor is not None:
         _check_cursor(cursor, offset, ranked=bool((query or "").strip()) or like is not None)
@@ -99,11 +116,14 @@ async def search_images(
     in_ids = None
     if collection is not None:
         in_ids = frozenset(_require_collection(services, collection)["item_ids"])
+    parsed = parse_query((query or "").strip() or None, exclude)
+    engine = engine_for(services)
     q = Query(
-        text=(query or "").strip() or None,
+        text=parsed.positive,
         like=fold(like) if like is not None else None,
         book_ids=book_ids,
         in_ids=in_ids,
+        exclude_ids=engine.excluded(parsed.negative) if parsed.negative else None,
         max_per_book=maxPerBook,
         limit=limit,
         offset=offset,
@@ -111,13 +131,28 @@ async def search_images(
         after=cursor,
         **filters,
     )
-    engine = engine_for(services)
-    table, ranked = await engine.search(q)
-    extra = [
-        {"similarity": s, "scores": {"clip": c, "text": t}, "duplicates": [table.ids[d] for d in dups]}
-        for s, c, t, dups in zip(ranked.similarity, ranked.clip, ranked.text, ranked.duplicates, strict=True)
-    ]
+    found = await engine.search(q)
+    table, ranked = found.table, found.ranked
+    extra = []
+    for row, s, c, t, dups in zip(
+        ranked.rows, ranked.similarity, ranked.clip, ranked.text, ranked.duplicates, strict=True
+    ):
+        iid = table.ids[row]
+        scores = {
+            "clip": c,
+            "text": t,
+            "dense": _rounded(found.dense.get(iid)),
+            "keyword": _rounded(found.fts.get(iid)),
+        }
+        extra.append({"similarity": s, "scores": scores, "duplicates": [table.ids[d] for d in dups]})
     items = gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
+    status = engine.status()
+    status["signals"] = found.signals
+    status["mode"] = "+".join(found.signals)
+    if parsed.negative:
+        status["excluded_terms"] = list(parsed.negative)
+    if found.corrected:
+        status["corrected"] = found.corrected
     unranked = q.text is None and like is None
     last = table.ids[ranked.rows[-1]] if ranked.rows else None
     return envelope(
@@ -127,8 +162,12 @@ async def search_images(
         offset=offset,
         has_more=ranked.more,
         next_cursor=last if unranked and ranked.more else None,
-        search=engine.status(),
+        search=status,
     )
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def _check_cursor(cursor: str, offset: int, *, ranked: bool) -> None:

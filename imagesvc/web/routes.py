@@ -14,7 +14,7 @@ from aiohttp import web
 from imagesvc.pages import assets as page_assets
 from imagesvc.pages import gallery as page_gallery
 from imagesvc.pages import reading as page_reading
-from imagesvc.web import docs, gallery, iiif, images, mcp, metrics, quota, rest, text
+from imagesvc.web import docs, gallery, iiif, image_search, images, mcp, metrics, quota, rest, text
 from imagesvc.web.params import strict
 
 __all__ = ["API", "ROUTES", "SITE", "Route", "add_routes", "mounted"]
@@ -54,6 +54,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/verify", text.verify),
     Route("GET", "/image", images.image),
     Route("GET", "/gallery", gallery.gallery),
+    Route("POST", "/gallery/search-by-image", image_search.search_by_image),
     Route("GET", "/gallery/collections", gallery.collections),
     Route("GET", "/gallery/collections/{slug}", gallery.collection),
     Route("GET", "/gallery/images/{id}", gallery.image),

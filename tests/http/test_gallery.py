@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import base64
+import io
+import json
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient
+from PIL import Image, ImageFilter, ImageOps
 
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.writes import remove_illustration, withdraw_book
@@ -22,7 +26,7 @@ IMAGE_HOST = f"{SITE}/img/"
 @pytest.fixture
 async def clip_client(make_client: MakeClient, data_dir: Path) -> TestClient:
     await index_library(settings_for(data_dir, **TINY))
-    return await make_client(**TINY)
+    return await make_client(**TINY, search_wait=600)  # rankings must not change as the text model comes in
 
 
 async def get(client: TestClient, path: str, status: int = 200, **params: Any) -> dict[str, Any]:
@@ -48,7 +52,7 @@ async def test_more_like_this_ranks_the_illustration_itself_first(clip_client: T
 
 async def test_text_query_uses_clip_and_says_so(clip_client: TestClient) -> None:
     body = await get(clip_client, "/api/gallery", q="serpent emblem", limit=10)
-    assert body["search"]["mode"] == "clip+full-text" and "RANDOM" in body["search"]["clip"]
+    assert body["search"]["signals"][0] == "clip" and "RANDOM" in body["search"]["clip"]
     assert body["items"] and all(i["scores"]["clip"] is not None for i in body["items"])
     assert all(u.startswith(IMAGE_HOST) for i in body["items"] for u in urls(i))
     top = body["items"][0]
@@ -90,13 +94,84 @@ async def test_min_score_drops_weaker_matches(clip_client: TestClient) -> None:
     assert body["total"] == len(body["items"]) < whole["total"]
 
 
-async def test_without_weights_search_is_full_text_and_says_so(client: TestClient) -> None:
+async def test_with_the_text_model_off_search_is_keyword_only_and_says_so(make_client: MakeClient) -> None:
+    client = await make_client(text_model="off")
     body = await get(client, "/api/gallery", q="serpent", maxPerBook=1000)
-    assert body["search"]["mode"] == "full-text" and body["search"]["clip"].startswith("off")
-    assert body["items"] and all(i["scores"]["clip"] is None for i in body["items"])
+    assert body["search"]["signals"] == ["full-text"] and body["search"]["mode"] == "full-text"
+    assert body["search"]["clip"].startswith("off") and body["search"]["text_model"].startswith("off")
+    assert body["items"] and all(i["scores"]["clip"] is None and i["scores"]["dense"] is None for i in body["items"])
     assert all("serpent" in str(i).lower() for i in body["items"])
+    # what keyword search cannot do: a paraphrase shares no word with the description it means
+    assert (await get(client, "/api/gallery", q="snake eating itself"))["total"] == 0
     empty = await get(client, "/api/vectors/gallery")
     assert empty["empty"] and empty["vectors"] == [] and "index" in empty["message"]
+
+
+@pytest.fixture
+async def text_client(make_client: MakeClient) -> TestClient:
+    """The embedded default (no CLIP weights, dense text model on), whose searches wait as long as the text model
+    needs to load and new illustrations need to be embedded or hashed (a server warms these up when it starts)."""
+    return await make_client(search_wait=600)
+
+
+async def test_default_app_finds_a_paraphrase_and_says_which_signals_ranked(text_client: TestClient) -> None:
+    before = (await get(text_client, "/health"))["search"]
+    assert "loads on the first text query" in before["text_model"] and before["signals"] == ["full-text"]
+    body = await get(text_client, "/api/gallery", q="snake eating itself", maxPerBook=1000)
+    assert body["search"]["signals"] == ["dense-text", "full-text"]
+    top = body["items"][0]
+    assert "serpent biting its own tail" in top["description"]
+    assert top["scores"]["dense"] > 0.3 and top["scores"]["keyword"] is None and top["scores"]["clip"] is None
+    assert top["similarity"] == pytest.approx(top["scores"]["text"], abs=1e-6)
+    after = (await get(text_client, "/health"))["search"]
+    assert after["signals"] == ["dense-text", "full-text"] and after["text_model"].startswith("on: all-MiniLM-L6-v2")
+
+
+async def test_misspelt_words_are_corrected_and_the_response_says_so(text_client: TestClient) -> None:
+    body = await get(text_client, "/api/gallery", q="alembik", maxPerBook=1000)
+    assert body["search"]["corrected"] == {"alembik": "alembic"}
+    assert "alembic" in body["items"][0]["description"].lower()
+
+
+def _mentions(item: dict[str, Any], word: str) -> bool:
+    text = " ".join(
+        [item["description"] or "", item["museumDescription"] or "", str(item["metadata"]), item["type"] or ""]
+    )
+    return word in text.lower()
+
+
+async def test_negative_terms_leave_out_what_mentions_them(text_client: TestClient) -> None:
+    plain = await get(text_client, "/api/gallery", q="plan of a mountain district", maxPerBook=1000, limit=50)
+    assert any(_mentions(i, "map") for i in plain["items"])
+    minus = await get(text_client, "/api/gallery", q="plan of a mountain district -map", maxPerBook=1000, limit=50)
+    assert minus["items"] and not any(_mentions(i, "map") for i in minus["items"])
+    assert minus["search"]["excluded_terms"] == ["map"] and minus["total"] < plain["total"]
+    # the same through the tool's exclude argument, over MCP
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "search_images",
+            "arguments": {"query": "plan of a mountain district", "exclude": "map", "max_per_book": 1000, "limit": 50},
+        },
+    }
+    response = await text_client.post("/api/mcp", json=message)
+    result = (await response.json())["result"]
+    assert result["isError"] is False
+    ids = [i["id"] for i in result["structuredContent"]["items"]]
+    assert ids == [i["id"] for i in minus["items"]]
+
+
+async def test_min_score_is_on_the_fused_scale(text_client: TestClient) -> None:
+    whole = await get(text_client, "/api/gallery", q="furnace for heating", maxPerBook=1000, limit=50)
+    scores = [i["similarity"] for i in whole["items"]]
+    assert scores == sorted(scores, reverse=True) and scores[-1] >= 0.25 and scores[0] <= 1.2
+    for item in whole["items"]:
+        dense, keyword = item["scores"]["dense"] or 0.0, item["scores"]["keyword"] or 0.0
+        assert item["similarity"] == pytest.approx(dense + 0.2 * keyword, abs=1e-4)
+    cut = await get(text_client, "/api/gallery", q="furnace for heating", maxPerBook=1000, limit=50, min_score=0.45)
+    assert cut["items"] and all(i["similarity"] >= 0.45 for i in cut["items"]) and cut["total"] < whole["total"]
 
 
 async def test_collection_counts_match_items_after_removal_and_withdrawal(client: TestClient, data_dir: Path) -> None:
@@ -225,3 +300,142 @@ async def test_cursor_goes_on_after_its_illustration_is_removed(client: TestClie
 async def test_bad_cursors_are_400(client: TestClient, params: dict[str, Any]) -> None:
     body = await get(client, "/api/gallery", 400, **params)
     assert body["error"] == "invalid_request" and "cursor" in body["message"].lower() + str(body.get("details"))
+
+
+# -- search by image ----------------------------------------------------------------------------------------------
+
+
+def _printings(demo_library: dict[str, Any]) -> tuple[Path, list[dict[str, Any]]]:
+    """The demo sources' folder and the printings of the shared woodblock (demo-expected.json)."""
+    root = Path(demo_library["manifest"]).parent
+    expected = json.loads((root / "demo-expected.json").read_text(encoding="utf-8"))
+    pages = {(p["book"], p["page"]): p for p in expected["pages"]}
+    printings = [
+        i | {"image": pages[(i["book"], i["page"])]["image"]} for i in expected["illustrations"] if i.get("block")
+    ]
+    return root, printings
+
+
+def _page(root: Path, printing: dict[str, Any]) -> Image.Image:
+    return ImageOps.exif_transpose(Image.open(root / printing["image"])).convert("RGB")
+
+
+def _jpeg(image: Image.Image, quality: int = 85) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+def _where(item: dict[str, Any]) -> tuple[str, int, int]:
+    return (item["book_id"], item["page"], item["index"])
+
+
+async def _book_ids(client: TestClient) -> dict[str, str]:
+    books = (await get(client, "/api/books", limit=50))["items"]
+    return {b["slug"]: b["id"] for b in books}
+
+
+async def test_an_uploaded_crop_of_a_woodcut_finds_every_book_that_prints_it(
+    text_client: TestClient, demo_library: dict[str, Any]
+) -> None:
+    root, printings = _printings(demo_library)
+    assert len({p["book"] for p in printings}) == 3
+    slugs = await _book_ids(text_client)
+    want = {(slugs[p["book"]], p["page"], p["index"]) for p in printings}
+    first = printings[0]
+    x0, y0, x1, y1 = first["box"]
+    w, h = x1 - x0, y1 - y0
+    crop = _page(root, first).crop((x0 + w // 5, y0 + h // 5, x1 - w // 5, y1 - h // 5))  # the middle 60%
+    response = await text_client.post(
+        "/api/gallery/search-by-image", data=_jpeg(crop), headers={"Content-Type": "image/jpeg"}
+    )
+    body = await response.json()
+    assert response.status == 200, body
+    assert {_where(i) for i in body["same_block"]} == want
+    assert sorted(body["books"]) == sorted(slugs[p["book"]] for p in printings)
+    assert all(i["match"] >= 0.75 for i in body["same_block"]) and body["similar"] is None
+    assert body["search"]["signals"] == ["block-hashes"]
+
+
+async def test_a_photo_of_a_page_region_finds_the_trimmed_printing_too(
+    text_client: TestClient, demo_library: dict[str, Any]
+) -> None:
+    """A photo: the woodcut with a margin of page and text round it, turned a little, blurred, small, recompressed;
+    sent as a multipart form, the way a browser uploads a file."""
+    root, printings = _printings(demo_library)
+    slugs = await _book_ids(text_client)
+    second = printings[2]  # the smaller printing in the mining book
+    x0, y0, x1, y1 = second["box"]
+    w, h = x1 - x0, y1 - y0
+    region = _page(root, second).crop((x0 - w // 6, y0 - h // 8, x1 + w // 8, y1 + h // 5))
+    photo = region.rotate(1.5, fillcolor=(231, 218, 186)).filter(ImageFilter.GaussianBlur(1.5))
+    photo = photo.resize((photo.width * 2 // 3, photo.height * 2 // 3))
+    form = aiohttp.FormData()
+    form.add_field("image", _jpeg(photo, 60), filename="photo.jpg", content_type="image/jpeg")
+    form.add_field("limit", "10")
+    response = await text_client.post("/api/gallery/search-by-image", data=form)
+    body = await response.json()
+    assert response.status == 200, body
+    assert {_where(i) for i in body["same_block"]} == {(slugs[p["book"]], p["page"], p["index"]) for p in printings}
+
+
+async def test_search_by_image_over_mcp_and_a_picture_of_another_block(
+    text_client: TestClient, demo_library: dict[str, Any]
+) -> None:
+    root, printings = _printings(demo_library)
+    expected = json.loads((root / "demo-expected.json").read_text(encoding="utf-8"))
+    other = next(i for i in expected["illustrations"] if i["book"] == "demo-sefer-maarekhet-ha-kokhavim")
+    pages = {(p["book"], p["page"]): p["image"] for p in expected["pages"]}
+    picture = _page(root, other | {"image": pages[(other["book"], other["page"])]}).crop(other["box"])
+    message = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {
+            "name": "search_images_by_image",
+            "arguments": {"image": base64.b64encode(_jpeg(picture)).decode()},
+        },
+    }
+    result = (await (await text_client.post("/api/mcp", json=message)).json())["result"]
+    assert result["isError"] is False
+    found = result["structuredContent"]["same_block"]
+    slugs = await _book_ids(text_client)
+    assert [_where(i) for i in found][:1] == [(slugs[other["book"]], other["page"], other["index"])]
+    assert not {_where(i) for i in found} & {(slugs[p["book"]], p["page"], p["index"]) for p in printings}
+
+
+async def test_uploads_that_are_not_usable_images_get_clear_json_errors(
+    make_client: MakeClient, demo_library: dict[str, Any]
+) -> None:
+    client = await make_client(upload_max_bytes=200_000)
+    root = Path(demo_library["manifest"]).parent
+    route = "/api/gallery/search-by-image"
+
+    async def post(data: Any, ctype: str | None, status: int, code: str) -> dict[str, Any]:
+        headers = {"Content-Type": ctype} if ctype else {}
+        response = await client.post(route, data=data, headers=headers)
+        body = await response.json()
+        assert response.status == status and body["error"] == code and body["message"] and body["recovery"], body
+        assert "RateLimit" in response.headers  # metered like any request
+        return body
+
+    await post(b"this is not a picture at all", "image/png", 422, "image_rejected")  # a lying header
+    await post(b"\x89PNG\r\n\x1a\n" + bytes(300), "image/png", 422, "image_rejected")  # PNG magic, nothing else
+    bomb = await post((root / "broken" / "bomb.png").read_bytes(), "image/png", 422, "image_rejected")
+    assert "bomb" in bomb["message"]
+    await post((root / "broken" / "truncated.jpg").read_bytes(), "image/jpeg", 422, "image_rejected")
+    big = await post(bytes(300_000), "image/jpeg", 413, "payload_too_large")
+    assert big["max_bytes"] == 200_000
+    await post(json.dumps({"image": "@@not base64@@"}), "application/json", 400, "invalid_request")
+    await post(json.dumps({"image": "aGk=", "shape": "round"}), "application/json", 400, "invalid_request")
+    await post(b"hello", "text/plain", 400, "invalid_request")
+    await post(b"", "image/jpeg", 400, "invalid_request")
+    # the requests counter went down by one per upload, errors included
+    first = (await client.get("/api/books")).headers["RateLimit"]
+    await post(b"junk", "image/jpeg", 422, "image_rejected")
+    second = (await client.get("/api/books")).headers["RateLimit"]
+    assert _remaining(first) - _remaining(second) == 2
+
+
+def _remaining(header: str) -> int:
+    return int(header.split('"requests";r=')[1].split(";")[0])

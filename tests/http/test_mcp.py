@@ -69,6 +69,16 @@ def free_key(data_dir: Path) -> tuple[str, str]:
     return key, f"key:{record.id}"
 
 
+def _small_jpeg_base64() -> str:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 120, 40)).save(buffer, "JPEG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
 async def examples(session: ClientSession) -> dict[str, dict[str, Any]]:
     """Valid arguments for each tool, taken from the demo library through the tools themselves."""
     args: dict[str, dict[str, Any]] = {
@@ -81,6 +91,7 @@ async def examples(session: ClientSession) -> dict[str, dict[str, Any]]:
         "search_images": {"query": "plant", "limit": 3},
         "list_collections": {},
         "get_vectors": {"store": "gallery", "limit": 2},
+        "search_images_by_image": {"image": _small_jpeg_base64(), "limit": 3},
     }
     names = {t.name for t in (await session.list_tools()).tools}
     if "get_book_images" in names:

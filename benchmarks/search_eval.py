@@ -1,0 +1,191 @@
+"""Relevance of gallery search on the demo library: recall@5 and nDCG@10 per ranking mode and query category.
+
+    python benchmarks/search_eval.py [--data DIR] [--grid]
+
+Builds the demo library (fixtures/generate.py, then ingest) in a temporary folder unless ``--data`` names an ingested
+data dir, and runs every query of ``benchmarks/search_eval.json`` through ``search_images`` in three modes: keyword
+only (``IMAGESVC_TEXT_MODEL=off``), dense text only (the fusion with no keyword scores) and fused (the service's
+default). CLIP is not evaluated: no CLIP weights can be had here. ``--grid`` also prints fused recall and nDCG for other
+keyword weights and dense floors, and for reciprocal rank fusion, the figures behind the constants in
+``imagesvc/search/fusion.py``. recall@5 counts relevant illustrations in the top five over min(5, relevant); an
+illustration folded into a listed one as a near-duplicate counts at that one's rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import re
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from imagesvc.catalog import Catalog  # noqa: E402
+from imagesvc.search import fusion  # noqa: E402
+from imagesvc.search.dense import illustration_text, text_rows  # noqa: E402
+from imagesvc.search.engine import engine_for  # noqa: E402
+from imagesvc.services import Services  # noqa: E402
+from imagesvc.storage.local import LocalStore  # noqa: E402
+from imagesvc.tools.gallery import search_images  # noqa: E402
+
+EVAL = ROOT / "benchmarks" / "search_eval.json"
+MODES = ("keyword", "dense", "fused")
+
+
+def stems(text: str) -> set[str]:
+    """Crude word stems (first five letters of words of three or more): enough to catch shared roots."""
+    return {w[:5] for w in re.findall(r"[a-zäöüß]+", text.casefold()) if len(w) >= 3}
+
+
+STOP = {"the", "and", "for", "with", "its", "from", "off", "like", "our", "shape"}
+
+
+def check_paraphrases(queries: list[dict[str, Any]], texts: dict[str, str]) -> list[str]:
+    """Paraphrase queries that share a stem with a relevant illustration's text (should be none)."""
+    bad = []
+    for q in queries:
+        if q["category"] != "paraphrase":
+            continue
+        mine = stems(q["query"]) - {s[:5] for s in STOP}
+        for ref in q["relevant"]:
+            shared = mine & stems(texts[ref])
+            if shared:
+                bad.append(f"{q['query']!r} shares {sorted(shared)} with {ref}")
+    return bad
+
+
+def metrics(ranked: list[list[str]], relevant: set[str]) -> tuple[float, float]:
+    """(recall@5, nDCG@10); ``ranked`` is one list per result: the item and the near-duplicates folded into it."""
+    hits = [bool(relevant & set(group)) * len(relevant & set(group)) for group in ranked]
+    top5 = sum(hits[:5])
+    recall = min(top5, 5) / min(5, len(relevant))
+    dcg = sum(h / math.log2(i + 2) for i, h in enumerate(hits[:10]))
+    ideal = sum(1 / math.log2(i + 2) for i in range(min(10, len(relevant))))
+    return recall, min(dcg / ideal, 1.0)
+
+
+SIMILARITIES: dict[bool, list[float]] = {True: [], False: []}  # fused similarity of relevant / other results
+
+
+async def run_query(services: Services, query: str, relevant: set[str] | None = None) -> list[list[str]]:
+    body = await search_images(services, None, query=query, max_per_book=1000, limit=10)  # type: ignore[arg-type]
+    if relevant is not None:
+        for item in body["items"]:
+            SIMILARITIES[bool(relevant & {item["id"], *item["duplicates"]})].append(item["similarity"])
+    return [[i["id"], *i["duplicates"]] for i in body["items"]]
+
+
+def build(root: Path) -> Path:
+    from tests.library import build_library
+
+    return build_library(root)[1]
+
+
+async def evaluate(data: Path, grid: bool) -> dict[str, Any]:
+    from imagesvc.settings import load_settings
+
+    spec = json.loads(EVAL.read_text(encoding="utf-8"))
+    out: dict[str, Any] = {}
+    catalog = Catalog(data / "catalog.sqlite3")
+    store = LocalStore(data / "store")
+    try:
+        ref_of = {}
+        for row in catalog.query_all(
+            "SELECT i.id, b.slug, i.page_number, i.idx FROM illustrations i JOIN books b ON b.id = i.book_id"
+        ):
+            ref_of[f"{row['slug']}:{row['page_number']}:{row['idx']}"] = row["id"]
+        texts = {ref: illustration_text(r) for r in text_rows(catalog) for ref, iid in ref_of.items() if iid == r["id"]}
+        out["paraphrase_overlaps"] = check_paraphrases(spec["queries"], texts)
+        # search_wait: every query waits for the text model, so no query is ranked while it is still loading
+        base = {"data_dir": data, "site_url": "https://library.example", "session_secret": "eval", "search_wait": 600}
+        services = {
+            "keyword": Services(load_settings({}, **base, text_model="off"), catalog, store, b"eval"),
+            "fused": Services(load_settings({}, **base), catalog, store, b"eval"),
+        }
+        await engine_for(services["fused"]).dense_ready()
+        weights = [(fusion.W_FTS, fusion.DENSE_FLOOR, "sum")]
+        if grid:
+            weights += [(w, f, "sum") for w in (0.0, 0.1, 0.2, 0.3, 0.5, 1.0) for f in (0.15, 0.25, 0.35)]
+        results: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+        default = weights[0]
+        for q in spec["queries"]:
+            relevant = {ref_of[r] for r in q["relevant"]}
+            runs = {"keyword": await run_query(services["keyword"], q["query"])}
+            for w, f, kind in dict.fromkeys([*weights, (0.0, fusion.DENSE_FLOOR, "dense")]):
+                fusion.W_FTS, fusion.DENSE_FLOOR = w, f
+                if kind == "dense":  # dense only: no keyword scores enter the fusion
+                    runs["dense"] = await run_dense_only(services["fused"], q["query"])
+                else:
+                    runs[f"w={w} floor={f}"] = await run_query(services["fused"], q["query"])
+            fusion.W_FTS, fusion.DENSE_FLOOR = default[0], default[1]
+            runs["fused"] = await run_query(services["fused"], q["query"], relevant)
+
+            for mode, ranked in runs.items():
+                m = metrics(ranked, relevant)
+                results[mode][q["category"]].append(m)
+                results[mode]["all"].append(m)
+        out["modes"] = {
+            mode: {
+                cat: [round(sum(v[0] for v in ms) / len(ms), 3), round(sum(v[1] for v in ms) / len(ms), 3), len(ms)]
+                for cat, ms in cats.items()
+            }
+            for mode, cats in results.items()
+        }
+    finally:
+        catalog.close()
+        await store.close()
+    return out
+
+
+async def run_dense_only(services: Services, query: str) -> list[list[str]]:
+    """The fused path with the keyword scores left out (``fusion.fuse`` given none)."""
+    import imagesvc.search.engine as engine_module
+
+    real = engine_module.text_search
+    engine_module.text_search = lambda catalog, text, limit=0: {}  # type: ignore[assignment]
+    try:
+        return await run_query(services, query)
+    finally:
+        engine_module.text_search = real
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, help="an ingested data dir (default: build the demo library)")
+    parser.add_argument("--grid", action="store_true", help="also try other fusion weights and floors")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="search-eval-") as tmp:
+        data = args.data or build(Path(tmp))
+        out = asyncio.run(evaluate(data, args.grid))
+    if out["paraphrase_overlaps"]:
+        print(
+            "paraphrase queries sharing a stem with their target (fix the eval set):",
+            *out["paraphrase_overlaps"],
+            sep="\n  ",
+        )
+    cats = ["paraphrase", "related-wording", "misspelling", "two-concept", "latin-german", "keyword", "negative", "all"]
+    print(f"{'mode':<24}" + "".join(f"{c:>18}" for c in cats))
+    print(f"{'':<24}" + "".join(f"{'R@5 nDCG@10':>18}" for _ in cats))
+    for mode in ["keyword", "dense", "fused", *[m for m in out["modes"] if m.startswith("w=")]]:
+        row = out["modes"].get(mode)
+        if row is None:
+            continue
+        cells = "".join(f"{row[c][0]:>9.2f}{row[c][1]:>9.2f}" if c in row else f"{'-':>18}" for c in cats)
+        print(f"{mode:<24}{cells}")
+    for label, key in (("relevant", True), ("other", False)):
+        values = sorted(SIMILARITIES[key])
+        if values:
+            quartiles = [values[int(f * (len(values) - 1))] for f in (0.1, 0.25, 0.5, 0.75, 0.9)]
+            print(f"fused similarity of {label} results (10/25/50/75/90%): " + " ".join(f"{v:.2f}" for v in quartiles))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Relevance on the evaluation set (benchmarks/search_eval.json): what docs/search.md reports must keep holding."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.search_eval import EVAL, check_paraphrases, metrics, run_query
+from imagesvc.catalog import Catalog
+from imagesvc.search.dense import illustration_text, text_rows
+from imagesvc.search.engine import engine_for
+from imagesvc.services import Services
+from imagesvc.storage.local import LocalStore
+from tests.library import copy_library, settings_for
+
+
+@pytest.fixture
+async def services(demo_library: dict[str, Any], tmp_path: Path) -> Any:
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+    made = {
+        mode: Services(settings_for(data, text_model=mode, search_wait=600), catalog, store)
+        for mode in ("minilm", "off")
+    }
+    yield made
+    catalog.close()
+    await store.close()
+
+
+async def _scores(services: Services) -> tuple[dict[str, list[tuple[float, float]]], dict[str, str]]:
+    spec = json.loads(EVAL.read_text(encoding="utf-8"))
+    ref_of = {
+        f"{r['slug']}:{r['page_number']}:{r['idx']}": r["id"]
+        for r in services.catalog.query_all(
+            "SELECT i.id, b.slug, i.page_number, i.idx FROM illustrations i JOIN books b ON b.id = i.book_id"
+        )
+    }
+    by_category: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for q in spec["queries"]:
+        ranked = await run_query(services, q["query"])
+        by_category[q["category"]].append(metrics(ranked, {ref_of[r] for r in q["relevant"]}))
+    return by_category, ref_of
+
+
+def _recall(values: list[tuple[float, float]]) -> float:
+    return sum(r for r, _ in values) / len(values)
+
+
+async def test_paraphrases_share_no_word_with_what_they_should_find(services: dict[str, Services]) -> None:
+    spec = json.loads(EVAL.read_text(encoding="utf-8"))
+    catalog = services["off"].catalog
+    by_id = {r["id"]: illustration_text(r) for r in text_rows(catalog)}
+    _, ref_of = await _scores(services["off"])
+    texts = {ref: by_id[iid] for ref, iid in ref_of.items() if iid in by_id}
+    assert sum(q["category"] == "paraphrase" for q in spec["queries"]) >= 10
+    assert check_paraphrases(spec["queries"], texts) == []
+
+
+async def test_fused_search_finds_paraphrases_that_keyword_search_misses(services: dict[str, Services]) -> None:
+    fused, _ = await _scores(services["minilm"])
+    keyword, _ = await _scores(services["off"])
+    assert engine_for(services["minilm"]).signals() == ["dense-text", "full-text"]
+    assert _recall(fused["paraphrase"]) >= 0.9 > 0.5 > _recall(keyword["paraphrase"])
+    assert _recall(fused["misspelling"]) >= 0.9
+    # keyword queries lose nothing to the fusion
+    assert _recall(fused["keyword"]) == _recall(keyword["keyword"]) == 1.0
