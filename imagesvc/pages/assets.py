@@ -16,6 +16,7 @@ from aiohttp import web
 from imagesvc.errors import NotFound
 from imagesvc.web.keys import SERVICES
 from imagesvc.web.params import any_query
+from imagesvc.web.rest import PublicFile
 
 __all__ = ["STATIC", "VIEWER_READY", "VIEWER_SCRIPT", "static", "viewer", "viewer_folder", "viewer_ready"]
 
@@ -49,10 +50,11 @@ def _inside(root: Path, relative: str) -> Path | None:
 
 
 async def _serve(root: Path, relative: str, cache: str) -> web.FileResponse | None:
+    """The file under ``root``, sent once (see ``PublicFile``), or None."""
     path = await asyncio.to_thread(_inside, root, relative)
     if path is None:
         return None
-    return web.FileResponse(path, headers={"Cache-Control": cache, "Content-Type": _TYPES[path.suffix]})
+    return PublicFile(path, headers={"Cache-Control": cache, "Content-Type": _TYPES[path.suffix]})
 
 
 @any_query  # caches and pages add version strings to asset URLs

@@ -12,6 +12,8 @@ until it is classified here, and so covered by the other tests.
 
 from __future__ import annotations
 
+import base64
+import io
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
+from PIL import Image
 
 from imagesvc import tools
 from imagesvc.access import MILLI
@@ -76,6 +79,7 @@ DOORS: dict[tuple[str, str], tuple[str, str]] = {
     ("DELETE", "/mcp"): (METADATA, "/mcp"),
     ("GET", "/openapi.json"): (METADATA, "/openapi.json"),
     ("GET", "/books/library"): (METADATA, "/books/library?language=Latin"),
+    ("POST", "/gallery/search-by-image"): (METADATA, "/gallery/search-by-image"),  # illustration rows, not pixels
     ("GET", "/"): (METADATA, "/?q=sun"),
     ("GET", "/illustration/{id}"): (METADATA, "/illustration/{ill}"),
     ("GET", "/collections"): (METADATA, "/collections"),
@@ -99,6 +103,7 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "list_collections": (METADATA, {}),
     "get_collection": (METADATA, {"slug": "{collection}"}),
     "get_vectors": (METADATA, {"store": "gallery", "limit": 2}),
+    "search_images_by_image": (METADATA, {"image": "{picture}"}),
 }
 
 
@@ -135,7 +140,15 @@ async def _samples(client: TestClient, headers: dict[str, str]) -> dict[str, str
         "ill": images["items"][0]["id"],
         "collection": found["items"][0]["slug"],
         "img": img,
+        "picture": _picture(),
     }
+
+
+def _picture() -> str:
+    """A small JPEG, base64: an upload for search by image."""
+    buffer = io.BytesIO()
+    Image.radial_gradient("L").convert("RGB").save(buffer, "JPEG")
+    return base64.b64encode(buffer.getvalue()).decode()
 
 
 def _fill(value: Any, samples: dict[str, str]) -> Any:
