@@ -15,7 +15,9 @@ from imagesvc.pages.render import setup_templates
 
 __all__ = ["assets", "gallery", "html_error_middleware", "reading", "setup_pages"]
 
-PAGE_HANDLERS.update({gallery.home, gallery.illustration, gallery.collections, gallery.collection, reading.book})
+PAGE_HANDLERS.update(
+    {gallery.home, gallery.by_image, gallery.illustration, gallery.collections, gallery.collection, reading.book}
+)
 
 
 def setup_pages(app: web.Application, settings: object) -> None:

@@ -6,15 +6,18 @@ The search form is generated from the ``search_images`` schema and uses the quer
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from imagesvc import tools
-from imagesvc.errors import NotFound
+from imagesvc.errors import InvalidRequest, NotFound
 from imagesvc.pages.render import render
 from imagesvc.tools.arguments import ALIASES, canonical
+from imagesvc.tools.image_search import upload_limit
+from imagesvc.web.image_search import read_limited
 from imagesvc.web.keys import SERVICES
 from imagesvc.web.params import QUERY_SCHEMA, query_arguments, route_name
 from imagesvc.web.rest import tool_call
@@ -36,7 +39,7 @@ LABELS = {
     "collection": "Collection",
 }
 # Upload search (an image as the query) arrives with the search issue: when search_images takes an image argument,
-# the form gains a file input posting to this page. Until then no upload control is shown.
+# an image is never carried in a URL: search by image is its own form, posting to /search-by-image.
 UPLOAD_ARGUMENT = "image"
 
 
@@ -118,8 +121,7 @@ async def home(request: web.Request) -> web.Response:
         "args": args,
         "result": result,
         "like": args.get("like"),
-        "clip": result["search"].get("mode") == "clip+full-text",
-        "upload": UPLOAD_ARGUMENT in _schema(),
+        "clip": "clip" in (result["search"].get("signals") or []),
         "prev_link": _page_link(request, max(0, offset - limit)) if offset > 0 else None,
         "next_link": _page_link(request, offset + limit) if result["has_more"] else None,
         "first": offset + 1,
@@ -157,3 +159,22 @@ async def collection(request: web.Request) -> web.Response:
     args = {"slug": request.match_info["slug"]}
     result = await tools.call(request.app[SERVICES], "get_collection", args, tool_call(request))
     return render(request, "collection.html", {"title": result["title"], "collection": result})
+
+
+async def by_image(request: web.Request) -> web.Response:
+    """``POST /search-by-image``: the picture from the form's file field -> the search_images_by_image tool; the
+    printings of the same woodblock (and, with CLIP, similar pictures) as cards. The upload is read with the tool's
+    own size limit, so an oversized file is refused before it is all in memory."""
+    services, call = request.app[SERVICES], tool_call(request)
+    limit = upload_limit(services)
+    data = b""
+    if request.content_type.startswith("multipart/"):
+        async for part in await request.multipart():
+            if isinstance(part, BodyPartReader) and part.name == "image":
+                data = await read_limited(part, limit)
+    if not data:
+        raise InvalidRequest("No picture was sent.", recovery=["Choose an image file, then press Search by image."])
+    args = {"image": base64.b64encode(data).decode(), "limit": 20}
+    result = await tools.call(services, "search_images_by_image", args, call)
+    context = {"title": "Search by image", "result": result, "clip": result["similar"] is not None}
+    return render(request, "by_image.html", context)

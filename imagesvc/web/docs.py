@@ -98,6 +98,12 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
         media="text/html",
         extra=_PAGE_ERRORS,
     ),
+    ("POST", "/search-by-image"): RouteDoc(
+        "Search by image for people (HTML): a picture from a form's file field (multipart), the printings of the "
+        "same woodblock as cards; the search_images_by_image tool.",
+        media="text/html",
+        extra=_PAGE_ERRORS,
+    ),
     ("GET", "/illustration/{id}"): RouteDoc(
         "One illustration's page for people (HTML), with pictures like it.", media="text/html", extra=_PAGE_ERRORS
     ),

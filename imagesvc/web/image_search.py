@@ -20,7 +20,7 @@ from imagesvc.tools.image_search import MAX_BASE64, PayloadTooLarge, upload_limi
 from imagesvc.web.keys import SERVICES
 from imagesvc.web.rest import tool_call
 
-__all__ = ["search_by_image"]
+__all__ = ["read_limited", "search_by_image"]
 
 TOOL = "search_images_by_image"
 _ARGUMENTS = ("book_id", "limit")
@@ -34,7 +34,7 @@ def _too_large(limit: int) -> PayloadTooLarge:
     )
 
 
-async def _read(stream: Any, limit: int) -> bytes:
+async def read_limited(stream: Any, limit: int) -> bytes:
     """All of ``stream`` (a request body or a multipart part), refusing it once it passes ``limit`` bytes."""
     chunks, size = [], 0
     while True:
@@ -73,7 +73,7 @@ async def search_by_image(request: web.Request) -> web.Response:
     args: dict[str, Any] = {k: _typed(k, v) for k, v in request.query.items() if k in _ARGUMENTS}
     if ctype == "application/json":
         try:
-            body = json.loads(await _read(request.content, json_limit))
+            body = json.loads(await read_limited(request.content, json_limit))
         except (ValueError, UnicodeDecodeError):
             raise InvalidRequest("The request body is not valid JSON.") from None
         if not isinstance(body, dict):
@@ -85,11 +85,11 @@ async def search_by_image(request: web.Request) -> web.Response:
             if not isinstance(part, BodyPartReader) or part.name is None:
                 continue
             if part.name == "image":
-                args["image"] = base64.b64encode(await _read(part, limit)).decode()
+                args["image"] = base64.b64encode(await read_limited(part, limit)).decode()
             else:
-                args[part.name] = _typed(part.name, (await _read(part, 4096)).decode("utf-8", "replace"))
+                args[part.name] = _typed(part.name, (await read_limited(part, 4096)).decode("utf-8", "replace"))
     elif ctype.startswith("image/") or ctype == "application/octet-stream":
-        args["image"] = base64.b64encode(await _read(request.content, limit)).decode()
+        args["image"] = base64.b64encode(await read_limited(request.content, limit)).decode()
     else:
         raise InvalidRequest(
             f"Search by image takes a picture, not {ctype or 'an untyped body'}.",

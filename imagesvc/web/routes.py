@@ -68,6 +68,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/openapi.json", docs.openapi),
     # Pages for people (imagesvc/pages): the site root, the citation URLs, and the files the pages load.
     Route("GET", "/", page_gallery.home, SITE),
+    Route("POST", "/search-by-image", page_gallery.by_image, SITE),
     Route("GET", "/illustration/{id}", page_gallery.illustration, SITE),
     Route("GET", "/collections", page_gallery.collections, SITE),
     Route("GET", "/collections/{slug}", page_gallery.collection, SITE),

@@ -3,10 +3,15 @@ results are the tool's results, and every picture comes from the image host with
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import aiohttp
 from aiohttp.test_utils import TestClient
+from PIL import Image, ImageOps
 
 from tests.library import SITE, settings_for
 from tests.pages.conftest import MakeClient
@@ -30,7 +35,7 @@ async def test_the_site_root_is_a_search_page_not_a_json_404(client: TestClient)
     assert form.attrs["method"] == "get"
     # The form's fields are the filters of search_images, under the names GET /api/gallery takes.
     names = [e.attrs["name"] for e in doc.all() if e.tag in ("input", "select") and e.attrs.get("name")]
-    assert names == FILTER_NAMES
+    assert names == [*FILTER_NAMES, "image"]  # the last: the file field of the search-by-image form
     for name in FILTER_NAMES:  # each has a visible label
         doc.one("label", for_=f"f-{name}")
     assert doc.one("input", name="year_from").attrs["type"] == "number"
@@ -141,3 +146,38 @@ async def test_more_like_this_appears_only_when_clip_can_rank(make_client: MakeC
     assert first == [i["id"] for i in api["items"]] and first[0] == likes[0].split("=", 1)[1]
     entry = parse(await (await clip.get(f"/illustration/{first[0]}", headers=HTML)).text())
     assert entry.one("h2", id="similar") and entry.all("li", cls="card")
+
+
+async def test_search_by_image_from_the_page_finds_every_printing_of_a_woodcut(
+    make_client: MakeClient, demo_library: dict[str, Any]
+) -> None:
+    """A person picks a crop of a woodcut in the page's file field and gets, as cards, every book that prints it."""
+    root = Path(demo_library["manifest"]).parent
+    expected = json.loads((root / "demo-expected.json").read_text(encoding="utf-8"))
+    pages = {(p["book"], p["page"]): p["image"] for p in expected["pages"]}
+    printings = [i for i in expected["illustrations"] if i.get("block")]
+    first = printings[0]
+    x0, y0, x1, y1 = first["box"]
+    w, h = x1 - x0, y1 - y0
+    page = ImageOps.exif_transpose(Image.open(root / pages[(first["book"], first["page"])])).convert("RGB")
+    buffer = io.BytesIO()
+    page.crop((x0 + w // 5, y0 + h // 5, x1 - w // 5, y1 - h // 5)).save(buffer, "JPEG", quality=85)
+    client = await make_client(search_wait=600)
+    home = parse(await (await client.get("/", headers=HTML)).text())
+    upload = home.one("form", action="/search-by-image")
+    assert upload.attrs["method"] == "post" and upload.attrs["enctype"] == "multipart/form-data"
+    form = aiohttp.FormData()
+    form.add_field("image", buffer.getvalue(), filename="crop.jpg", content_type="image/jpeg")
+    resp = await client.post("/search-by-image", data=form, headers=HTML)
+    assert resp.status == 200 and resp.content_type == "text/html"
+    doc = parse(await resp.text())
+    shown = {c.text for c in doc.all("cite")}
+    titles = {b["title"] for b in json.loads((root / "manifest.json").read_text())["books"]}
+    wanted = {
+        b["title"]
+        for b in json.loads((root / "manifest.json").read_text())["books"]
+        if b["slug"] in {p["book"] for p in printings}
+    }
+    assert shown == wanted and len(wanted) == 3 and shown <= titles
+    empty = await client.post("/search-by-image", data=aiohttp.FormData({"other": "x"}), headers=HTML)
+    assert empty.status == 400 and empty.content_type == "text/html"  # told in a page, not a JSON error
