@@ -8,8 +8,9 @@ here reads the container structure only and applies a lower bound on the bytes a
 - GIF: the first frame must cover the logical screen, and LZW yields at most ~2,731 pixels a byte past its warm-up.
 - BMP: uncompressed rows must all be present; RLE yields at most 255 pixels per two bytes.
 - TIFF: every strip or tile must lie inside the file, and the strips must cover every row.
-WebP needs nothing here: libwebp refuses a canvas its bitstream does not fill. Baseline JPEGs are also checked exactly
-while decoding (``tiers.decode``).
+WebP needs nothing here: libwebp refuses a canvas its bitstream does not fill. One-scan (baseline) JPEGs are also
+checked exactly while decoding (``tiers.decode``); a progressive or multi-scan JPEG cut short but above the one-bit
+bound still decodes with grey padding (libjpeg buffers all its scans first): a known gap.
 """
 
 from __future__ import annotations

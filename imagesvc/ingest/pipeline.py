@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,12 @@ from imagesvc.catalog import writes as w
 from imagesvc.errors import ImageRejected
 from imagesvc.imaging import MarkSpec, PageRenditions, Rendition, TierSpec
 from imagesvc.imaging.refusals import NOT_HELD, REASONS, reason_of, refused
-from imagesvc.ingest.budget import MemoryBudget, default_budget, estimate_cost
+from imagesvc.ingest.budget import MemoryBudget, default_budget
+from imagesvc.ingest.context import IngestContext
 from imagesvc.ingest.manifest import Manifest
 from imagesvc.ingest.objects import clean_key, master_key, public_key, write_if_changed, write_immutable
 from imagesvc.ingest.work import IngestSummary, Refusal, digest, file_sha256, render_file
-from imagesvc.provenance.ingest import Provenance, page_provenance
+from imagesvc.provenance.ingest import page_provenance
 from imagesvc.storage import ObjectStore
 
 __all__ = ["DERIVATION_VERSION", "IngestSummary", "Refusal", "digest", "ingest", "render_file", "tier_spec"]
@@ -43,7 +44,7 @@ _FORMAT_EXT = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png", "TIFF": "tif", "WEBP":
 class _BookJob:
     """Ingest of one book: reads masters, renders what changed, writes objects, then the rows in one transaction."""
 
-    def __init__(self, book: dict[str, Any], manifest: Manifest, ctx: _Context) -> None:
+    def __init__(self, book: dict[str, Any], manifest: Manifest, ctx: IngestContext) -> None:
         self.book = book
         self.manifest = manifest
         self.ctx = ctx
@@ -237,44 +238,6 @@ class _BookJob:
         return renditions, hashes
 
 
-@dataclass
-class _Context:
-    settings: Any
-    catalog: Catalog
-    store: ObjectStore
-    pool: Executor
-    spec: TierSpec
-    summary: IngestSummary
-    bar: Any
-    slots: asyncio.Semaphore
-    budget: MemoryBudget
-
-    async def render(
-        self,
-        path: Path,
-        mark: MarkSpec,
-        bboxes: list[tuple[float, float, float, float]],
-        provenance: Provenance | None = None,
-    ):
-        """Derive one page in the pool once its estimated memory fits the budget; a ``Refusal`` when it never can."""
-        cost = await asyncio.to_thread(estimate_cost, path)
-        if not self.budget.fits_alone(cost):
-            return Refusal(
-                "too_large",
-                f"deriving its tiers needs about {cost / 2**30:.1f} GiB, more than the ingest memory budget of "
-                f"{self.budget.total / 2**30:.1f} GiB (IMAGESVC_INGEST_MEMORY_BYTES)",
-            )
-        await self.budget.acquire(cost)
-        try:
-            async with self.slots:
-                loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(
-                    self.pool, render_file, str(path), self.spec, mark, bboxes, provenance
-                )
-        finally:
-            await self.budget.release(cost)
-
-
 def tier_spec(settings: Any) -> TierSpec:
     return TierSpec(
         display=settings.display_size,
@@ -299,7 +262,7 @@ async def ingest(
     summary = IngestSummary()
     total = sum(len(b["pages"]) for b in manifest.books)
     with tqdm(total=total, unit="page", desc="ingest", disable=not progress, leave=False) as bar:
-        ctx = _Context(
+        ctx = IngestContext(
             settings=settings,
             catalog=catalog,
             store=store,
