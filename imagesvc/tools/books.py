@@ -115,7 +115,6 @@ LIST_BOOKS_SCHEMA: dict[str, Any] = {
             "maximum": 1_000_000_000,
             "default": 0,
             "description": "Offset.",
-            "x-aliases": ["offset"],
         },
     }
 }

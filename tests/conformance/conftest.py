@@ -23,7 +23,8 @@ def data_dir(demo_library: dict[str, Any], tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def server(data_dir: Path) -> AsyncIterator[TestServer]:
-    srv = TestServer(build_app(settings_for(data_dir)), host="127.0.0.1")
+    # search_wait: every door must see the same ranking, so none may answer before the text model is ready.
+    srv = TestServer(build_app(settings_for(data_dir, search_wait=600)), host="127.0.0.1")
     await srv.start_server()
     yield srv
     await srv.close()

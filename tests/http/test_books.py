@@ -34,7 +34,7 @@ async def test_health_reports_storage_and_counts(client: TestClient) -> None:
 
 async def test_books_paginate_with_total(client: TestClient) -> None:
     first = await (await client.get("/api/books", params={"limit": 3})).json()
-    second = await (await client.get("/api/books", params={"limit": 3, "offset": 3})).json()
+    second = await (await client.get("/api/books", params={"limit": 3, "skip": 3})).json()
     assert first["total"] == second["total"] == 4
     assert first["has_more"] is True and second["has_more"] is False
     slugs = [b["slug"] for b in first["items"] + second["items"]]

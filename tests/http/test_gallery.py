@@ -135,7 +135,7 @@ async def test_misspelt_words_are_corrected_and_the_response_says_so(text_client
 
 def _mentions(item: dict[str, Any], word: str) -> bool:
     text = " ".join(
-        [item["description"] or "", item["museumDescription"] or "", str(item["metadata"]), item["type"] or ""]
+        [item["description"] or "", item["museum_description"] or "", str(item["metadata"]), item["type"] or ""]
     )
     return word in text.lower()
 
