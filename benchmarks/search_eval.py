@@ -75,7 +75,9 @@ SIMILARITIES: dict[bool, list[float]] = {True: [], False: []}  # fused similarit
 
 
 async def run_query(services: Services, query: str, relevant: set[str] | None = None) -> list[list[str]]:
-    body = await search_images(services, None, query=query, max_per_book=1000, limit=10)  # type: ignore[arg-type]
+    body = await search_images(  # type: ignore[arg-type]
+        services, None, query=query, maxPerBook=1000, limit=10, fold_duplicates=True
+    )
     if relevant is not None:
         for item in body["items"]:
             SIMILARITIES[bool(relevant & {item["id"], *item["duplicates"]})].append(item["similarity"])

@@ -142,7 +142,7 @@ async def test_mirroring_flips_the_picture(client: TestClient) -> None:
 async def test_illustrations_have_iiif_services(client: TestClient) -> None:
     items = (await (await client.get(f"/api/books/{SLUG}/images")).json())["items"]
     ident = items[0]["id"]
-    assert ident == f"{items[0]['pageId']}:{items[0]['detectionIndex']}"  # the IIIF id is the illustration id
+    assert ident == f"{items[0]['page_id']}:{items[0]['index']}"  # the IIIF id is the illustration id
     resp = await client.get(f"/iiif/3/{ident}/full/!200,200/0/default.jpg")
     assert resp.status == 200
     assert max(Image.open(io.BytesIO(await resp.read())).size) == 200
