@@ -8,6 +8,7 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestClient
 
+from imagesvc.access import MILLI
 from imagesvc.web.keys import ACCESS
 from tests.library import SITE
 from tests.pages.markup import parse
@@ -145,7 +146,7 @@ async def test_a_reading_page_costs_what_the_quote_costs(client: TestClient) -> 
 
 async def test_with_the_text_budget_spent_the_page_shows_the_image_and_says_when(client: TestClient) -> None:
     access = client.server.app[ACCESS]
-    assert await access.commit(await access.reserve(ANONYMOUS, "text", 500, 500))
+    assert await access.commit(await access.reserve(ANONYMOUS, "text", 500 * MILLI, 500 * MILLI))
     resp = await client.get(f"/book/{SPECULUM}?page=3", headers=HTML)
     assert resp.status == 429 and resp.content_type == "text/html"
     assert int(resp.headers["Retry-After"]) > 0
