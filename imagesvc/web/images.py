@@ -46,7 +46,10 @@ async def image(request: web.Request, arguments: dict[str, Any]) -> web.StreamRe
         tier=arguments["tier"],
         clean=arguments["clean"],
     )
-    headers = {"ETag": f'"{delivery.etag}"', "Cache-Control": delivery.cache_control, "Vary": "Authorization"}
+    # A per-request C2PA manifest carries its own salt and time, so a signed delivery's bytes differ on every request:
+    # its ETag is weak (same image and note), never a promise of identical bytes.
+    tag = f'W/"{delivery.etag}"' if delivery.credentials is not None else f'"{delivery.etag}"'
+    headers = {"ETag": tag, "Cache-Control": delivery.cache_control, "Vary": "Authorization"}
     if not_modified(request, delivery.etag):
         return web.Response(status=304, headers=headers)  # a 304 delivers nothing and counts nothing
     await call.meter.reserve("images", 1)  # on a HEAD the meter only checks: a 429 where GET gets one, nothing spent

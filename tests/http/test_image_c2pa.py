@@ -85,6 +85,21 @@ async def test_keyed_delivery_is_signed_after_its_note(client: TestClient, data_
     assert key not in body.decode("latin-1")  # the secret never goes into the file
 
 
+async def test_signed_deliveries_vary_so_their_etag_is_weak(client: TestClient, data_dir: Path) -> None:
+    """A strong ETag promises identical bytes; two signed deliveries of one page to one key differ (the manifest's
+    salt), so the tag is weak, and it still answers If-None-Match with a 304 that spends nothing."""
+    key, _ = _key(data_dir, "free")
+    auth = {"Authorization": f"Bearer {key}"}
+    one = await client.get("/api/image", params=PAGE, headers=auth)
+    two = await client.get("/api/image", params=PAGE, headers=auth)
+    assert await one.read() != await two.read()
+    assert one.headers["ETag"].startswith('W/"') and one.headers["ETag"] == two.headers["ETag"]
+    cached = await client.get("/api/image", params=PAGE, headers={**auth, "If-None-Match": one.headers["ETag"]})
+    assert cached.status == 304
+    public = await client.get("/api/image", params=PAGE)  # sent as stored: a strong tag
+    assert public.headers["ETag"].startswith('"')
+
+
 async def test_clean_copy_says_no_mark_and_to_whom(client: TestClient, data_dir: Path) -> None:
     key, key_id = _key(data_dir, "full")
     resp = await client.get("/api/image", params={**PAGE, "clean": "1"}, headers={"Authorization": f"Bearer {key}"})
