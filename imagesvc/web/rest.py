@@ -108,7 +108,21 @@ class PublicFile(web.FileResponse):
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         if self.prepared:
             return None
-        return await super().prepare(request)
+        # aiohttp opens the file in a thread and closes it when sending ends; a cancellation in between (the server
+        # shutting down under a browser's image requests) would drop the open file unclosed. Shielded, the send
+        # runs to its end, ordinary or not, and closes it.
+        sending = asyncio.ensure_future(super().prepare(request))
+        try:
+            return await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            sending.add_done_callback(_ignore_outcome)
+            raise
+
+
+def _ignore_outcome(task: asyncio.Future[object]) -> None:
+    """Retrieve a finished background send's outcome: a client that went away is nothing to report."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _stat(path: Path) -> os.stat_result | None:
