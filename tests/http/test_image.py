@@ -14,6 +14,7 @@ from colophon import Note
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.keys import create_key
 from imagesvc.imaging.embed import read_xmp
+from tests.imaging.helpers import scan_digest
 
 PAGE = {"book": "demo-speculum-fornacum", "page": "2", "tier": "display"}
 
@@ -34,10 +35,6 @@ def _pixels(data: bytes) -> np.ndarray:
 def _psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = float(np.mean((a - b) ** 2))
     return float("inf") if mse == 0 else 10 * np.log10(255**2 / mse)
-
-
-def _after_sos(jpeg: bytes) -> bytes:
-    return jpeg[jpeg.index(b"\xff\xda") :]
 
 
 async def test_default_is_the_marked_public_tier(client: TestClient) -> None:
@@ -117,7 +114,7 @@ async def test_key_deliveries_carry_a_provenance_note_with_pixels_untouched(clie
     note = Note.parse(note_text)
     assert note.key_ref == key_id
     assert note.title.startswith("Speculum")
-    assert _after_sos(keyed) == _after_sos(anonymous)  # entropy-coded data byte-identical: no re-encode
+    assert scan_digest(keyed) == scan_digest(anonymous)  # entropy-coded data byte-identical: no re-encode
     assert np.array_equal(_pixels(keyed), _pixels(anonymous))
 
 

@@ -23,6 +23,7 @@ from imagesvc.provenance.credentials import check_chain, ensure_local_ca
 from imagesvc.provenance.manifests import SOURCE_LABEL
 from imagesvc.provenance.sign import read_credentials, sign_jpeg, sign_page
 from tests.imaging.awkward import encode, page_image
+from tests.imaging.helpers import scan_digest
 
 MARK = MarkSpec("A Library", "https://library.example/book/b?page=3", "A Museum")
 SOURCE = PageSource("A Museum", "A Herbal (1598)", "https://library.example/book/b?page=3", "A Library")
@@ -34,10 +35,6 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> SigningPaths:
     return ensure_local_ca(tmp_path_factory.mktemp("ca") / "c2pa", "A Library")
 
 
-def _after_sos(jpeg: bytes) -> bytes:
-    return jpeg[jpeg.index(b"\xff\xda") :]
-
-
 def test_marked_tiers_are_signed_and_read_back_trusted(ca: SigningPaths) -> None:
     page = render_page(encode(page_image(900, 1200)), TierSpec(), MARK, [(0.1, 0.1, 0.5, 0.5)])
     signed = sign_page(page, SOURCE, MASTER_SHA, ca)
@@ -46,7 +43,7 @@ def test_marked_tiers_are_signed_and_read_back_trusted(ca: SigningPaths) -> None
         assert found.state == "Trusted", (tier, found.failures)
         assert found.manifest["ingredients"][0]["instance_id"] == f"urn:sha256:{MASTER_SHA}"
         assert found.assertion(SOURCE_LABEL)["edition"] == "A Herbal (1598)"
-        assert _after_sos(rendition.data) == _after_sos(page.public[tier].data)  # pixels as rendered
+        assert scan_digest(rendition.data) == scan_digest(page.public[tier].data)  # pixels as rendered
         assert strip_c2pa(rendition.data) == page.public[tier].data
         assert rendition.sha256 == page.public[tier].sha256  # keys address the image, whatever the salts
     assert read_credentials(signed.illustrations[0].public["display"].data, ca.anchor).state == "Trusted"

@@ -12,6 +12,7 @@ from PIL import Image
 from imagesvc.errors import ImageRejected, InvalidRequest
 from imagesvc.imaging.embed import NS_IMAGESVC, build_xmp, read_xmp, splice_xmp
 from tests.imaging.awkward import encode, page_image
+from tests.imaging.helpers import scan_digest
 
 FIELDS = {
     "rights": "Public domain <scan> & metadata CC0",
@@ -23,10 +24,6 @@ FIELDS = {
 DC = "{http://purl.org/dc/elements/1.1/}"
 
 
-def after_sos(jpeg: bytes) -> bytes:
-    return jpeg[jpeg.index(b"\xff\xda") :]
-
-
 def decoded(jpeg: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB"))
 
@@ -36,7 +33,7 @@ def test_splice_keeps_entropy_data_and_pixels_identical(exif: bool) -> None:
     options = {"exif": Image.Exif().tobytes()} if exif else {}
     original = encode(page_image(400, 300), quality=85, **options)
     spliced = splice_xmp(original, build_xmp(FIELDS))
-    assert after_sos(spliced) == after_sos(original)
+    assert scan_digest(spliced) == scan_digest(original)
     assert np.array_equal(decoded(spliced), decoded(original))
     assert spliced.startswith(b"\xff\xd8\xff\xe0")  # JFIF stays first
     if exif:
