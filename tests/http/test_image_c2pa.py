@@ -10,23 +10,14 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient
 
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
 from imagesvc.imaging.embed import read_xmp, strip_c2pa
 from imagesvc.provenance.manifests import DELIVERY_LABEL, SOURCE_LABEL
 from imagesvc.provenance.sign import Credentials, read_credentials
 from tests.http.conftest import MakeClient
+from tests.http.test_image import _key
 
 PAGE = {"book": "demo-speculum-fornacum", "page": "2", "tier": "display"}
 CITATION = "https://library.example/book/demo-speculum-fornacum?page=2"
-
-
-def _key(data_dir: Path, tier: str) -> tuple[str, str]:
-    catalog = Catalog(data_dir / "catalog.sqlite3")
-    try:
-        key, record = create_key(catalog, tier, f"test {tier}")
-    finally:
-        catalog.close()
-    return key, record.id
 
 
 def _page_row(data_dir: Path) -> dict:

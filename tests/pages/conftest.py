@@ -1,36 +1,7 @@
-"""Page test fixtures: a private copy of the demo library per test and a client on the real app."""
+"""Page test fixtures: the same as the HTTP tests' (a private copy of the demo library, a client on the real app)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any
+from tests.http.conftest import MakeClient, client, data_dir, make_client
 
-import pytest
-from aiohttp.test_utils import TestClient
-
-from imagesvc.app import build_app
-from tests.library import copy_library, settings_for
-
-
-@pytest.fixture
-def data_dir(demo_library: dict[str, Any], tmp_path: Path) -> Path:
-    return copy_library(demo_library["data"], tmp_path / "data")
-
-
-MakeClient = Callable[..., Awaitable[TestClient]]
-
-
-@pytest.fixture
-def make_client(aiohttp_client: Any, data_dir: Path) -> MakeClient:
-    """``await make_client(**setting_overrides)``: a client on the real app over this test's data dir."""
-
-    async def make(**overrides: Any) -> TestClient:
-        return await aiohttp_client(build_app(settings_for(data_dir, **overrides)))
-
-    return make
-
-
-@pytest.fixture
-async def client(make_client: MakeClient) -> TestClient:
-    return await make_client()
+__all__ = ["MakeClient", "client", "data_dir", "make_client"]
