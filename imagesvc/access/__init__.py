@@ -49,6 +49,7 @@ __all__ = [
     "make_access",
     "public_denied",
     "public_state",
+    "refusal",
     "whole_units",
 ]
 
@@ -254,6 +255,13 @@ def pool_state(releases: list[tuple[float, int]], limit: int | None, now: float,
     remaining = max(0, limit - used)
     reset = 0 if remaining >= need else wait_until_free(releases, used - limit + need, now)
     return PoolState(used, limit, remaining, reset)
+
+
+def refusal(releases: list[tuple[float, int]], limit: int, wanted: int, now: float) -> Denied:
+    """The refusal of a request for ``wanted`` units, from the pool's live ``(release instant, units)`` pairs (pending
+    reservations dated when they were made): every backend answers the same state with the same Retry-After."""
+    state = pool_state(releases, limit, now, wanted)
+    return Denied(state.used, limit, state.reset_seconds)
 
 
 def day_name(day: int) -> str:

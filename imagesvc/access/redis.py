@@ -41,8 +41,8 @@ from imagesvc.access import (
     day_name,
     oldest_live_bucket,
     pool_state,
+    refusal,
     utc_day,
-    wait_until_free,
 )
 from imagesvc.access import redis_scripts as scripts
 from imagesvc.access.group import GroupCommit, MeterRecord
@@ -127,18 +127,12 @@ class RedisAccess:
             math.ceil(self.pending_ttl * 1000) + 60_000,
         ]
         async with self._translate():
-            ok, n, extra, *committed = await self._reserve(keys=keys, args=args)
+            ok, n, extra = await self._reserve(keys=keys, args=args)
         if ok:
             remaining = None if extra < 0 else int(extra)
             return Reservation(rid, subject, pool, int(n), units, limit, remaining, now, expires)
         assert limit is not None  # only a capped pool refuses
-        releases = _releases(committed[0])
-        if int(extra):
-            # Pending units are dated "now" here, never earlier than they were made: the answer is never too early.
-            releases.append((bucket_release(bucket_of(now)), int(extra)))
-        free = limit - int(n)
-        need = (1 if allow_partial else units) - free
-        return Denied(int(n), limit, wait_until_free(releases, need, now))
+        return refusal(_releases(extra), limit, 1 if allow_partial else units, now)
 
     async def commit(self, reservation: Reservation, units: int | None = None, now: float | None = None) -> bool:
         now = time.time() if now is None else now

@@ -11,7 +11,8 @@ from imagesvc.access import BUCKET_SECONDS, BUDGET_WINDOW
 __all__ = ["COMMIT", "HIT", "METER", "REFUND", "RESERVE"]
 
 # KEYS: usage, pending, pending expiry zset. ARGV: now, units, limit (-1: uncapped), partial (1/0), id, expires,
-# key ttl ms. Returns {1, granted, remaining} or {0, used, pending, {bucket start, units, ...}}.
+# key ttl ms. Returns {1, granted, remaining} or {0, used, {time in bucket, units, ...}}: every live committed bucket
+# (as its start) and every pending reservation (as the time it was made, the minute its commit will count it in).
 # The pending hash keeps a running "_sum" so a burst of reservations costs O(1) each, not O(pending).
 RESERVE = f"""
 local now, units, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -50,7 +51,15 @@ if limit >= 0 then
         rel[#rel + 1] = u[i + 1]
       end
     end
-    return {{0, used, pending, rel}}
+    local p = redis.call('HGETALL', KEYS[2])
+    for i = 1, #p, 2 do
+      if p[i] ~= '_sum' then
+        local n, created = string.match(p[i + 1], '^(%d+) (%S+)')
+        rel[#rel + 1] = created
+        rel[#rel + 1] = n
+      end
+    end
+    return {{0, used, rel}}
   end
   remaining = free - granted
 end

@@ -33,8 +33,8 @@ from imagesvc.access import (
     day_name,
     oldest_live_bucket,
     pool_state,
+    refusal,
     utc_day,
-    wait_until_free,
 )
 from imagesvc.access.group import GroupCommit, MeterRecord
 
@@ -160,8 +160,7 @@ class SqliteAccess:
             free = limit - used
             granted = min(units, free) if partial else (units if units <= free else 0)
             if granted <= 0:
-                need = (1 if partial else units) - free
-                return Denied(used, limit, wait_until_free(releases, need, now))
+                return refusal(releases, limit, 1 if partial else units, now)
             remaining = free - granted
         rid = uuid.uuid4().hex
         expires = now + self.pending_ttl

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from imagesvc.access import PENDING_TTL, AccessState, Denied, Reservation
+from imagesvc.access.redis import RedisAccess
+from imagesvc.access.sqlite import SqliteAccess
 from tests.access.conftest import MakeAccess
 
 T0 = 1_800_000_000.0  # minute-aligned instant the tests travel from
@@ -134,3 +137,29 @@ async def test_uncapped_pool_is_never_refused_but_metered(access: AccessState) -
 async def test_units_below_one_are_refused(access: AccessState) -> None:
     with pytest.raises(ValueError, match="units"):
         await access.reserve("ip:192.0.2.7", "images", 0, 10)
+
+
+async def test_pending_reservations_give_one_retry_after_on_both_backends(redis_server: str, tmp_path: Path) -> None:
+    """A pending reservation counts in the minute it was made (where its commit will count it): SQLite and Redis
+    refuse the next caller with the same Retry-After, equal to what ``usage`` reports as the reset."""
+    backends: list[AccessState] = [
+        SqliteAccess(tmp_path / "access.sqlite3"),
+        RedisAccess(redis_server, prefix=f"test:pending-retry:{T0}:{id(tmp_path)}:"),
+    ]
+    answers = []
+    try:
+        for access in backends:
+            committed = await access.reserve("key:pending", "images", 1, 3, T0 + 10)
+            assert isinstance(committed, Reservation) and await access.commit(committed, now=T0 + 10)
+            held = await access.reserve("key:pending", "images", 2, 3, T0 + 70)  # made, never settled
+            assert isinstance(held, Reservation)
+            now = T0 + 200
+            denied = await access.reserve("key:pending", "images", 3, 3, now)
+            assert isinstance(denied, Denied)
+            state = await access.usage("key:pending", "images", 3, now, need=3)
+            answers.append((denied.used, denied.retry_after_seconds, state.reset_seconds))
+    finally:
+        for access in backends:
+            await access.close()
+    # All three units free when the pending one's minute (T0 + 60 .. T0 + 120) leaves the window.
+    assert answers[0] == answers[1] == (3, 120 + DAY - 200, 120 + DAY - 200)
