@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FIELDS", "Settings", "SettingsError", "env_name", "load_settings"]
+__all__ = ["BOOLEAN_WORDS", "FIELDS", "Settings", "SettingsError", "env_name", "load_settings", "parse_bool"]
 
 PREFIX = "IMAGESVC_"
 # The command-line tool client's own variables (imagesvc/client.py, README "Tools"): not server settings, so the
@@ -26,13 +26,25 @@ class SettingsError(ValueError):
     """A setting has a value that cannot be used; the message names the variable and the value."""
 
 
-def _bool(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("true", "1"):
-        return True
-    if value in ("false", "0"):
-        return False
-    raise ValueError("expected one of true, false, 1, 0")
+# The one reading of a yes/no word, for settings and query parameters alike (case and surrounding spaces ignored).
+BOOLEAN_WORDS = {
+    "true": True,
+    "1": True,
+    "yes": True,
+    "on": True,
+    "false": False,
+    "0": False,
+    "no": False,
+    "off": False,
+}
+
+
+def parse_bool(raw: str) -> bool:
+    """``raw`` as a boolean; ``ValueError`` listing the accepted words otherwise."""
+    try:
+        return BOOLEAN_WORDS[raw.strip().lower()]
+    except KeyError:
+        raise ValueError(f"expected one of {', '.join(BOOLEAN_WORDS)}") from None
 
 
 def _positive_int(raw: str) -> int:
@@ -228,7 +240,7 @@ class Settings:
     c2pa_sign: bool = _opt(
         True,
         "Sign marked public tiers at ingest and every delivery to a key with a C2PA manifest (docs/provenance.md).",
-        _bool,
+        parse_bool,
     )
     c2pa_cert_chain: str = _opt(
         "", "PEM certificate chain (signing leaf first) for C2PA; empty: a local CA made in the data dir.", str
@@ -238,7 +250,7 @@ class Settings:
         False,
         "Also draw a faint diagonal mark across marked tiers, which cropping the bottom band does not remove "
         "(then run `imagesvc marks rebake`).",
-        _bool,
+        parse_bool,
     )
     serve_workers: int = _opt(
         0,

@@ -4,8 +4,9 @@ A route declares its query parameters once, as the input schema of the tool it c
 small schema of its own (``accepts``). The same declaration parses the request, answers 400 for an unknown, repeated
 or ill-typed parameter (naming it and the accepted ones), and is what OpenAPI and ``/llms.txt`` document.
 
-Strings become the schema's type: ``integer``, ``number``, ``boolean`` (true/false, 1/0, yes/no) and ``array`` (a comma
-list, a repeated parameter, or both). An empty value counts as absent, as an empty field of an HTML form does.
+Strings become the schema's type: ``integer``, ``number``, ``boolean`` (read as settings are, ``settings.parse_bool``:
+true/false, 1/0, yes/no, on/off) and ``array`` (a comma list, a repeated parameter, or both). An empty value counts as
+absent, as an empty field of an HTML form does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc.errors import InvalidRequest
+from imagesvc.settings import parse_bool
 from imagesvc.tools.arguments import ALIASES, canonical, unknown_name, validate, with_defaults
 
 __all__ = [
@@ -34,7 +36,6 @@ __all__ = [
 ]
 
 QUERY_SCHEMA = "query_schema"  # the attribute under which a handler carries its declared query parameters
-_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -61,8 +62,10 @@ def coerce(raw: str, prop: dict[str, Any]) -> Any:
             return raw
         return value if math.isfinite(value) else raw
     if kind == "boolean":
-        lowered = text.lower()
-        return True if lowered in _TRUE else False if lowered in _FALSE else raw
+        try:
+            return parse_bool(text)
+        except ValueError:
+            return raw
     return raw
 
 
