@@ -9,12 +9,20 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from imagesvc.catalog.keys import KEY_TIERS
+from imagesvc.access.policy import KEY_TIERS, key_tier
 from imagesvc.commands import cmd_demo, cmd_doctor, cmd_index, cmd_ingest, cmd_keys, cmd_marks, cmd_snapshot
 from imagesvc.errors import ImagesvcError
 from imagesvc.settings import SettingsError, load_settings
 
 __all__ = ["main"]
+
+
+def _key_tier(name: str) -> str:
+    """``--tier``: refused with the same message ``create_key`` gives (``access.policy.key_tier``)."""
+    try:
+        return key_tier(name)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _configure_logging(level: str, fmt: str = "text") -> None:
@@ -86,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     keys.set_defaults(func=cmd_keys)
     ksub = keys.add_subparsers(dest="keys_command", required=True)
     p = ksub.add_parser("create", help="issue a key (printed once)")
-    p.add_argument("--tier", required=True, choices=KEY_TIERS)
+    p.add_argument("--tier", required=True, type=_key_tier, metavar="{" + ",".join(KEY_TIERS) + "}")
     p.add_argument("--label", default="", help="who the key is for")
     p.add_argument("--expires-days", type=int, default=0, help="expire after this many days (0: never)")
     p.add_argument("--json", action="store_true")

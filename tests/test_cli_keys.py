@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import lookup_key
+from imagesvc.catalog.keys import create_key, lookup_key
 from imagesvc.cli import main
 
 
@@ -41,3 +41,24 @@ def test_unknown_tier_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("IMAGESVC_DATA_DIR", str(tmp_path))
     with pytest.raises(SystemExit):
         main(["keys", "create", "--tier", "platinum"])
+
+
+def test_a_tier_typo_is_refused_the_same_way_by_the_command_and_the_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The one list of key tiers (the caller classes keys map to) refuses a typo with one message on every door."""
+    monkeypatch.setenv("IMAGESVC_DATA_DIR", str(tmp_path))
+    catalog = Catalog(tmp_path / "catalog.sqlite3")
+    for typo in ("ful", "Full", "paid"):
+        with pytest.raises(ValueError) as refused:
+            create_key(catalog, typo)
+        message = str(refused.value)
+        assert message == f"unknown key tier {typo!r}; valid: free, language, domain, full, enterprise"
+        with pytest.raises(SystemExit):
+            main(["keys", "create", "--tier", typo])
+        assert message in capsys.readouterr().err
+    assert catalog.query_all("SELECT * FROM api_keys") == []
+    catalog.close()
+    for tier in ("free", "language", "domain", "full", "enterprise"):
+        assert main(["keys", "create", "--tier", tier, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["tier"] == tier

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 __all__ = [
     "CLASSES",
-    "PAID_TIERS",
+    "KEY_TIERS",
     "CallerClass",
     "caller_class",
     "key_class",
+    "key_tier",
 ]
 
 
@@ -82,7 +83,15 @@ CLASSES: dict[str, CallerClass] = {
     )
 }
 
-PAID_TIERS: tuple[str, ...] = ("language", "domain", "full", "enterprise")
+# The tiers an API key may have: one per ``key:`` class above, in that order (the one list every door checks).
+KEY_TIERS: tuple[str, ...] = tuple(name.removeprefix("key:") for name in CLASSES if name.startswith("key:"))
+
+
+def key_tier(name: str) -> str:
+    """``name`` when it is a key tier; ``ValueError`` naming the valid ones otherwise (exact: no case folding)."""
+    if name not in KEY_TIERS:
+        raise ValueError(f"unknown key tier {name!r}; valid: {', '.join(KEY_TIERS)}")
+    return name
 
 
 def caller_class(name: str) -> CallerClass:
@@ -94,5 +103,5 @@ def caller_class(name: str) -> CallerClass:
 
 
 def key_class(tier: str) -> CallerClass:
-    """The class of an API key of ``tier`` (``free`` or one of ``PAID_TIERS``)."""
+    """The class of an API key of ``tier`` (one of ``KEY_TIERS``)."""
     return caller_class(f"key:{tier}")

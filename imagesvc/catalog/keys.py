@@ -15,11 +15,11 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from imagesvc.access.policy import key_tier
 from imagesvc.catalog import Catalog
 
-__all__ = ["KEY_TIERS", "ApiKey", "create_key", "list_keys", "lookup_key", "revoke_key"]
+__all__ = ["ApiKey", "create_key", "list_keys", "lookup_key", "revoke_key"]
 
-KEY_TIERS = ("free", "language", "domain", "full", "enterprise")
 _KEY_RE = re.compile(r"^isk_([0-9a-f]{8})_([A-Za-z0-9_-]{43})$")
 
 
@@ -53,8 +53,7 @@ def _now() -> str:
 
 def create_key(catalog: Catalog, tier: str, label: str = "", expires_at: datetime | None = None) -> tuple[str, ApiKey]:
     """Issue a key; returns the full key (shown once, never stored) and its record."""
-    if tier not in KEY_TIERS:
-        raise ValueError(f"unknown key tier {tier!r}; valid: {', '.join(KEY_TIERS)}")
+    key_tier(tier)
     while True:
         key_id = secrets.token_hex(4)
         key = f"isk_{key_id}_{secrets.token_urlsafe(32)}"

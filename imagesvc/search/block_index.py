@@ -19,13 +19,14 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from imagesvc.imaging import TIERS
 from imagesvc.search.blocks import stored_boxes, window_hashes
 
 __all__ = ["BlockIndex", "BlockIndexSummary", "load_blocks", "read_thumb", "sync_blocks"]
 
 log = logging.getLogger("imagesvc.search.blocks")
 FOLDER, FILE = "blockhashes", "blocks.npz"
-SOURCE_TIERS = ("thumb", "display", "full")  # the smallest stored clean tier is hashed
+SOURCE_TIERS = TIERS[::-1]  # the smallest stored clean tier is hashed
 
 
 @dataclass

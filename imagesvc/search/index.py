@@ -24,6 +24,7 @@ from PIL import Image
 
 from imagesvc.catalog.schema import SCHEMA_VERSION
 from imagesvc.errors import InvalidRequest
+from imagesvc.imaging import TIERS
 from imagesvc.search.clip import Encoder
 from imagesvc.search.pipeline import Plan, embed_images, plan_for
 from imagesvc.search.vectors import VectorIndex, load_index, save_index
@@ -31,7 +32,7 @@ from imagesvc.search.vectors import VectorIndex, load_index, save_index
 __all__ = ["IndexSummary", "decode_for_clip", "run_index"]
 
 log = logging.getLogger("imagesvc.search.index")
-SOURCE_TIERS = ("thumb", "display", "full")  # the smallest stored tier that exists is decoded
+SOURCE_TIERS = TIERS[::-1]  # the smallest stored tier that exists is decoded
 
 
 @dataclass

@@ -6,6 +6,7 @@ from typing import Any
 
 from imagesvc.catalog.library import SORTS, BookFilters, author_name, canonical_slug, query_books
 from imagesvc.errors import NotFound
+from imagesvc.imaging import TIERS
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
 from imagesvc.tools.citations import attribution
@@ -13,7 +14,6 @@ from imagesvc.tools.paging import envelope
 
 __all__ = ["INCLUDE_IMAGES", "book_summary", "get_book", "list_books", "require_book", "unknown_book"]
 
-TIERS = ("full", "display", "thumb")
 INCLUDE_IMAGES = {
     "type": "boolean",
     "default": False,

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from imagesvc.imaging import TIERS
 from imagesvc.services import Services
 
-__all__ = ["TIERS", "gallery_items"]
-
-TIERS = ("full", "display", "thumb")
+__all__ = ["gallery_items"]
 
 
 def _books(services: Services, book_ids: set[str]) -> dict[str, dict[str, Any]]:

@@ -6,7 +6,8 @@ from typing import Any
 
 from aiohttp import web
 
-from imagesvc.tools.image_delivery import IMAGE_TIERS, delivery_bytes, locate_image
+from imagesvc.imaging import TIERS
+from imagesvc.tools.image_delivery import delivery_bytes, locate_image
 from imagesvc.web.keys import SERVICES
 from imagesvc.web.params import accepts
 from imagesvc.web.responses import BytesResponse
@@ -26,7 +27,7 @@ IMAGE_PARAMS = {
         "book_id": {"type": "string", "minLength": 1, "description": "Book id or slug.", "x-aliases": ["book"]},
         "page": {"type": "integer", "minimum": 1, "maximum": 1_000_000, "description": "Page number (with book_id)."},
         "illustration": {"type": "string", "minLength": 1, "description": "Illustration id, instead of a page."},
-        "tier": {"enum": list(IMAGE_TIERS), "default": "display"},
+        "tier": {"enum": list(TIERS), "default": "display"},
         "clean": {"type": "boolean", "default": False, "description": "Unmarked copy; full-tier keys only."},
     }
 }
