@@ -30,6 +30,7 @@ __all__ = [
     "Resolver",
     "SystemResolver",
     "client_address",
+    "in_networks",
     "sign_session",
     "subject_for_address",
     "verify_session",
@@ -62,9 +63,8 @@ def client_address(peer: str | None, forwarded_for: str | Sequence[str] | None, 
     garbage never becomes a caller of its own. A request that does not come from a trusted proxy is judged by its
     socket peer alone. Never raises.
     """
-    networks = _parsed_networks(tuple(trusted))
     address = _canonical(peer) or "0.0.0.0"
-    if not forwarded_for or not networks or not _trusted(address, networks):
+    if not forwarded_for or not trusted or not in_networks(address, trusted):
         return address
     lines = [forwarded_for] if isinstance(forwarded_for, str) else list(forwarded_for)
     hops = [hop.strip() for line in lines for hop in line.split(",")]
@@ -73,7 +73,7 @@ def client_address(peer: str | None, forwarded_for: str | Sequence[str] | None, 
         if ip is None:
             break  # not an address: stay with the trusted hop that reported it
         address = ip
-        if not _trusted(ip, networks):
+        if not in_networks(ip, trusted):
             break
     return address
 
@@ -86,11 +86,6 @@ def _canonical(value: str | None) -> str | None:
         return str(ipaddress.ip_address(value))
     except ValueError:
         return None
-
-
-def _trusted(address: str, networks: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> bool:
-    ip = ipaddress.ip_address(address)
-    return any(ip in net for net in networks)
 
 
 def subject_for_address(address: str) -> str:
@@ -165,10 +160,15 @@ def agent_matches(user_agent: str, tokens: Sequence[str]) -> bool:
 
 
 def in_networks(address: str, networks: Sequence[str]) -> bool:
+    """Whether ``address`` lies in one of ``networks`` (settings text): the one match for trusted proxies and assistant
+    networks. An IPv4-mapped IPv6 address (``::ffff:a.b.c.d``, as a dual-stack socket reports IPv4 peers) is matched as
+    its IPv4 address. Never raises: an address that does not parse is in no network."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
     return any(ip in network for network in _parsed_networks(tuple(networks)))
 
 

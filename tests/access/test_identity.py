@@ -6,7 +6,14 @@ import time
 
 import pytest
 
-from imagesvc.access.identity import CrawlerVerifier, client_address, sign_session, subject_for_address, verify_session
+from imagesvc.access.identity import (
+    CrawlerVerifier,
+    client_address,
+    in_networks,
+    sign_session,
+    subject_for_address,
+    verify_session,
+)
 from imagesvc.errors import Unauthorized
 
 
@@ -26,10 +33,25 @@ from imagesvc.errors import Unauthorized
         ("10.0.0.2", ["198.51.100.1", "10.0.0.7"], ("10.0.0.0/8",), "198.51.100.1"),
         ("10.0.0.2", ["", " , "], ("10.0.0.0/8",), "10.0.0.2"),
         ("not-an-ip", "198.51.100.1", ("10.0.0.0/8",), "0.0.0.0"),
+        # a dual-stack socket reports an IPv4 proxy as ::ffff:a.b.c.d: the same host, so the same networks match it
+        ("::ffff:10.0.0.2", "198.51.100.1", ("10.0.0.0/8",), "198.51.100.1"),
+        ("10.0.0.2", "198.51.100.1, ::ffff:10.0.0.3", ("10.0.0.0/8",), "198.51.100.1"),
     ],
 )
 def test_client_address(peer: str, xff: str | list[str] | None, trusted: tuple[str, ...], expected: str) -> None:
     assert client_address(peer, xff, trusted) == expected
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [("192.0.2.9", True), ("::ffff:192.0.2.9", True), ("2001:db8::9", True), ("198.51.100.1", False), ("x", False)],
+)
+def test_one_network_match_for_proxies_and_assistants(address: str, expected: bool) -> None:
+    """Trusted proxies and assistant networks are matched by one rule: an address trusted as a proxy is in the
+    network for an assistant check too, whichever way the socket spelled it."""
+    networks = ("192.0.2.0/24", "2001:db8::/32")
+    assert in_networks(address, networks) is expected
+    assert (client_address(address, "203.0.113.7", networks) == "203.0.113.7") is expected
 
 
 def test_ipv6_is_counted_per_64_and_mapped_ipv4_as_ipv4() -> None:
