@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -9,7 +10,7 @@ from xml.sax.saxutils import escape
 
 from imagesvc.errors import ImageRejected, InvalidRequest
 
-__all__ = ["NS_IMAGESVC", "XMP_HEADER", "build_xmp", "read_xmp", "splice_xmp", "strip_c2pa"]
+__all__ = ["NS_IMAGESVC", "XMP_HEADER", "build_xmp", "etag_with_xmp", "read_xmp", "splice_xmp", "strip_c2pa"]
 
 XMP_HEADER = b"http://ns.adobe.com/xap/1.0/\x00"
 _XMP_EXTENSION = b"http://ns.adobe.com/xmp/extension/\x00"
@@ -152,3 +153,9 @@ def build_xmp(fields: Mapping[str, str]) -> str:
         "</x:xmpmeta>\n"
         '<?xpacket end="r"?>'
     )
+
+
+def etag_with_xmp(etag: str, xmp_xml: str | None) -> str:
+    """The validator of stored bytes ``etag`` once ``xmp_xml`` is spliced in: the note names the key and the day, so
+    the ETag changes with it (``/image`` and IIIF deliveries alike). ``etag`` itself when there is no note."""
+    return f"{etag}-{hashlib.sha256(xmp_xml.encode()).hexdigest()[:12]}" if xmp_xml else etag

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from colophon import Note
 from imagesvc.access.policy import CLASSES
 from imagesvc.errors import Forbidden, InvalidRequest, NotFound
-from imagesvc.imaging.embed import build_xmp, splice_xmp, strip_c2pa
+from imagesvc.imaging.embed import build_xmp, etag_with_xmp, splice_xmp, strip_c2pa
 from imagesvc.provenance import Delivery, SigningPaths
 from imagesvc.provenance.credentials import signing_paths
 from imagesvc.provenance.ingest import edition_text
@@ -160,7 +160,7 @@ async def locate_image(
                 "note": note.to_text(),
             }
         )
-        etag += "-" + hashlib.sha256(xmp.encode()).hexdigest()[:12]
+        etag = etag_with_xmp(etag, xmp)
         if services.settings.c2pa_sign:
             credentials = Delivery(
                 title=f"{name}-{tier}{'-clean' if clean else ''}.jpg",

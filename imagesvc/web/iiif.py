@@ -9,7 +9,6 @@ response (info.json, redirects, errors and 304s included) states the image pool 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,7 +16,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from imagesvc.imaging.embed import splice_xmp
+from imagesvc.imaging.embed import etag_with_xmp, splice_xmp
 from imagesvc.imaging.iiif import FORMATS, parse_request
 from imagesvc.tools.iiif import derivative_etag, info_document, price_milli, produce, resolve_source
 from imagesvc.tools.iiif_presentation import collection_document, collections_index, manifest_document
@@ -105,11 +104,10 @@ async def image(request: web.Request, arguments: dict[str, Any]) -> web.StreamRe
     plan = parse_request(
         m["region"], m["size"], m["rotation"], m["quality_format"], full.width, full.height, runtime.limits
     )
-    etag = derivative_etag(source, plan)
+    pixels_etag = derivative_etag(source, plan)
     delivery = source.delivery
     xmp = delivery.xmp if delivery is not None and plan.format == "jpg" else None
-    if xmp:  # the note names the key and the day, so the validator must change with it
-        etag += "-" + hashlib.sha256(xmp.encode()).hexdigest()[:12]
+    etag = etag_with_xmp(pixels_etag, xmp)
     headers = {
         "ETag": f'"{etag}"',
         "Cache-Control": delivery.cache_control if delivery else "public, max-age=86400",
@@ -121,7 +119,7 @@ async def image(request: web.Request, arguments: dict[str, Any]) -> web.StreamRe
     width, height = plan.output_size
     # Priced before any pixel work; on a HEAD the meter only checks (a 429 where GET gets one, nothing spent).
     await call.meter.reserve_milli("images", price_milli(width, height, services.settings.display_size))
-    body = await produce(services, runtime, source, plan, etag.split("-")[0])
+    body = await produce(services, runtime, source, plan, pixels_etag)
     if xmp:
         body = splice_xmp(body, xmp)
     return BytesResponse(body, content_type=FORMATS[plan.format], headers=headers)
