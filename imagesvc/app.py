@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 from aiohttp import web
 
@@ -14,6 +13,7 @@ from imagesvc.catalog import Catalog
 from imagesvc.observability import MeteredStore, Metrics
 from imagesvc.pages import html_error_middleware, setup_pages
 from imagesvc.services import Services, colophon_secret
+from imagesvc.settings import Settings
 from imagesvc.storage import make_store
 from imagesvc.storage.hot import HotObjects
 from imagesvc.web.access import access_middleware
@@ -26,7 +26,7 @@ from imagesvc.web.routes import add_routes
 __all__ = ["build_app"]
 
 
-def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Application:
+def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Application:
     """The application for ``settings``; resources open on startup and close on cleanup.
 
     ``resolver`` answers the DNS look-ups of crawler verification (the system resolver by default).

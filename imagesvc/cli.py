@@ -7,12 +7,11 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from imagesvc.access.policy import KEY_TIERS, key_tier
 from imagesvc.commands import cmd_demo, cmd_doctor, cmd_index, cmd_ingest, cmd_keys, cmd_marks, cmd_snapshot
 from imagesvc.errors import ImagesvcError
-from imagesvc.settings import SettingsError, load_settings
+from imagesvc.settings import Settings, SettingsError, load_settings
 
 __all__ = ["main"]
 
@@ -38,14 +37,14 @@ def _positive(raw: str) -> int:
     return value
 
 
-def cmd_serve(settings: Any, args: argparse.Namespace) -> int:
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from imagesvc.serving import serve
 
     workers = args.workers or settings.serve_workers or os.cpu_count() or 1
     return serve(settings, workers)
 
 
-def cmd_settings(settings: Any, args: argparse.Namespace) -> int:
+def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     values = settings.public_dict()
     if args.json:
         print(json.dumps(values, indent=2))

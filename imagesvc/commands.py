@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from imagesvc.observability import write_run_summary
+from imagesvc.settings import Settings
 
 # Exit status of ingest and demo when they finished but some pages were refused (documented in README and --help).
 EXIT_REFUSED = 3
@@ -22,7 +23,7 @@ EXIT_REFUSED = 3
 __all__ = ["EXIT_REFUSED", "cmd_demo", "cmd_doctor", "cmd_index", "cmd_ingest", "cmd_keys", "cmd_marks", "cmd_snapshot"]
 
 
-async def _ingest(settings: Any, manifest_path: Path, progress: bool) -> dict[str, Any]:
+async def _ingest(settings: Settings, manifest_path: Path, progress: bool) -> dict[str, Any]:
     from imagesvc.catalog import Catalog
     from imagesvc.ingest.manifest import load_manifest
     from imagesvc.ingest.pipeline import ingest
@@ -50,7 +51,7 @@ async def _ingest(settings: Any, manifest_path: Path, progress: bool) -> dict[st
     return summary.as_dict() | {"line": summary.line()}
 
 
-async def _publish(settings: Any, store: Any) -> None:
+async def _publish(settings: Settings, store: Any) -> None:
     """Publish a catalog snapshot when IMAGESVC_SNAPSHOT_PREFIX is set (docs/operations.md)."""
     from imagesvc.snapshots import publish_if_configured
 
@@ -59,7 +60,7 @@ async def _publish(settings: Any, store: Any) -> None:
         print(f"snapshot: published {settings.snapshot_prefix.strip('/')}/{version}", file=sys.stderr)
 
 
-def cmd_snapshot(settings: Any, args: argparse.Namespace) -> int:
+def cmd_snapshot(settings: Settings, args: argparse.Namespace) -> int:
     """Publish a catalog snapshot now (after `keys create` or `keys revoke` on the publishing host)."""
     from imagesvc.storage import make_store
 
@@ -78,7 +79,7 @@ def cmd_snapshot(settings: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_ingest(settings: Any, args: argparse.Namespace) -> int:
+def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     result = asyncio.run(_ingest(settings, Path(args.manifest), progress=not args.quiet))
     _print_ingest(result, args.json)
     return EXIT_REFUSED if result["refused"] else 0
@@ -96,7 +97,7 @@ def _print_ingest(result: dict[str, Any], as_json: bool) -> None:
     print(f"ingest: {result['line']}")
 
 
-def cmd_demo(settings: Any, args: argparse.Namespace) -> int:
+def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     """Generate the demo library (deterministic, generated pictures) and ingest it."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
     from generate import generate  # type: ignore[import-not-found]
@@ -120,7 +121,7 @@ def cmd_demo(settings: Any, args: argparse.Namespace) -> int:
     return EXIT_REFUSED if result["refused"] else 0
 
 
-def cmd_index(settings: Any, args: argparse.Namespace) -> int:
+def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
     """Embed new and changed illustrations (text model; CLIP when weights are configured), hash their windows for
     search by image, and publish the indexes (docs/search.md)."""
     from imagesvc.catalog import Catalog
@@ -161,7 +162,7 @@ def cmd_index(settings: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _rebake(settings: Any, books: list[str]) -> str:
+async def _rebake(settings: Settings, books: list[str]) -> str:
     from imagesvc.catalog import Catalog
     from imagesvc.ingest.rebake import rebake_marks
     from imagesvc.ingest.workers import make_pool
@@ -179,13 +180,13 @@ async def _rebake(settings: Any, books: list[str]) -> str:
     return summary.line()
 
 
-def cmd_marks(settings: Any, args: argparse.Namespace) -> int:
+def cmd_marks(settings: Settings, args: argparse.Namespace) -> int:
     """Redraw visible marks from the clean copies (after the site name or URL changed)."""
     print(f"marks rebake: {asyncio.run(_rebake(settings, args.book))}")
     return 0
 
 
-def cmd_keys(settings: Any, args: argparse.Namespace) -> int:
+def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     """Issue, list and revoke API keys (stored as hashes in the catalog)."""
     from imagesvc.catalog import Catalog
     from imagesvc.catalog.keys import create_key, list_keys, revoke_key
@@ -218,7 +219,7 @@ def cmd_keys(settings: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_doctor(settings: Any, args: argparse.Namespace) -> int:
+def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
     """Check settings and dependencies; exit 1 when any check fails (warnings alone exit 0)."""
     from imagesvc.doctor import run_checks
 

@@ -13,10 +13,10 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from imagesvc.catalog.schema import SCHEMA_VERSION
 from imagesvc.errors import ImagesvcError
+from imagesvc.settings import Settings
 
 __all__ = ["Finding", "run_checks"]
 
@@ -33,7 +33,7 @@ class Finding:
         return f"{self.level:<4} {self.check}: {self.message}"
 
 
-async def _store(settings: Any) -> list[Finding]:
+async def _store(settings: Settings) -> list[Finding]:
     from imagesvc.storage import make_store
 
     store = make_store(settings)
@@ -49,7 +49,7 @@ async def _store(settings: Any) -> list[Finding]:
     return found
 
 
-def _private_masters(settings: Any) -> Finding:
+def _private_masters(settings: Settings) -> Finding:
     """An unsigned GET of a key under masters/ must be refused: masters and clean copies are never public."""
     url = f"{settings.s3_endpoint}/{settings.s3_bucket}/masters/doctor-probe"
     try:
@@ -71,7 +71,7 @@ def _private_masters(settings: Any) -> Finding:
     return Finding("fail", "privacy", "an unsigned read succeeded: masters would be public; fix the bucket policy")
 
 
-def _catalog(settings: Any) -> Finding:
+def _catalog(settings: Settings) -> Finding:
     path = Path(settings.data_dir) / "catalog.sqlite3"
     if not path.exists():
         return Finding(
@@ -89,7 +89,7 @@ def _catalog(settings: Any) -> Finding:
     return Finding("ok", "catalog", f"schema {version} is current")
 
 
-async def _access(settings: Any) -> Finding:
+async def _access(settings: Settings) -> Finding:
     from imagesvc.access import make_access
 
     access = make_access(settings)
@@ -102,7 +102,7 @@ async def _access(settings: Any) -> Finding:
     return Finding("ok", "access", f"{settings.access_backend} backend answers")
 
 
-def _clip(settings: Any) -> Finding:
+def _clip(settings: Settings) -> Finding:
     weights = settings.clip_weights
     if not weights:
         return Finding("warn", "clip", "no weights configured: gallery search is full-text only (docs/search.md)")
@@ -114,7 +114,7 @@ def _clip(settings: Any) -> Finding:
     return Finding("ok", "clip", f"weights found at {path}")
 
 
-def _secrets(settings: Any) -> list[Finding]:
+def _secrets(settings: Settings) -> list[Finding]:
     shared = settings.storage == "s3" or settings.access_backend == "redis"
     found = []
     if shared and not settings.colophon_secret:
@@ -126,7 +126,7 @@ def _secrets(settings: Any) -> list[Finding]:
     return found or [Finding("ok", "secrets", "set")]
 
 
-def _c2pa(settings: Any) -> list[Finding]:
+def _c2pa(settings: Settings) -> list[Finding]:
     """The C2PA chain: the checks a validator makes, then one real signature read back."""
     if not settings.c2pa_sign:
         return [Finding("warn", "c2pa", "IMAGESVC_C2PA_SIGN is off: images go out without Content Credentials")]
@@ -198,7 +198,7 @@ def _probe_jpeg() -> bytes:
     return out.getvalue()
 
 
-async def run_checks(settings: Any) -> list[Finding]:
+async def run_checks(settings: Settings) -> list[Finding]:
     """Every check, in a fixed order; none raises."""
     return [
         *(await _store(settings)),

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from imagesvc.catalog import Catalog
+from imagesvc.settings import Settings
 from imagesvc.storage import ObjectStore
 
 __all__ = ["Services", "colophon_secret"]
 
 
-def colophon_secret(settings: Any) -> bytes:
+def colophon_secret(settings: Settings) -> bytes:
     """The secret that signs provenance notes: ``IMAGESVC_COLOPHON_SECRET``, or one generated once and kept (mode
     0600) in the data dir, so notes stay verifiable across restarts. Several nodes must share one explicitly."""
     if settings.colophon_secret:
@@ -39,7 +40,7 @@ def colophon_secret(settings: Any) -> bytes:
 class Services:
     """Settings, catalog and object store, plus the URL rules that depend on them."""
 
-    settings: Any
+    settings: Settings
     catalog: Catalog
     store: ObjectStore
     colophon_secret: bytes = b""

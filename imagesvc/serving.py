@@ -20,13 +20,15 @@ import time
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from imagesvc.settings import Settings
+
 __all__ = ["run_server", "serve"]
 
 log = logging.getLogger("imagesvc.serve")
 _RESTART_PAUSE = 1.0  # seconds between replacing a worker that died, so a crash loop does not spin
 
 
-def run_server(settings: Any, *, reuse_port: bool = False) -> None:
+def run_server(settings: Settings, *, reuse_port: bool = False) -> None:
     """Run one app in this process until SIGTERM or SIGINT, then drain for ``shutdown_timeout`` and return."""
     from aiohttp import web
 
@@ -68,7 +70,7 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: SIGTERM when the supervisor goes away
 
 
-def _worker(settings: Any, index: int) -> None:
+def _worker(settings: Settings, index: int) -> None:
     """A worker process: its own process group (a terminal's Ctrl-C reaches the supervisor only), then one app."""
     os.setpgid(0, 0)
     _die_with_parent()
@@ -81,7 +83,7 @@ def _worker(settings: Any, index: int) -> None:
 
 
 class _Supervisor:
-    def __init__(self, settings: Any, workers: int) -> None:
+    def __init__(self, settings: Settings, workers: int) -> None:
         self.settings = settings
         self.workers = workers
         self.context = multiprocessing.get_context("spawn")
@@ -130,7 +132,7 @@ class _Supervisor:
         return 1 if failed else 0
 
 
-def serve(settings: Any, workers: int) -> int:
+def serve(settings: Settings, workers: int) -> int:
     """Serve with ``workers`` processes (1: in this process); returns the exit code."""
     where = f"http://{settings.host}:{settings.port}"
     print(f"imagesvc serving on {where} (storage: {settings.storage}, {workers} workers)", file=sys.stderr)

@@ -305,7 +305,7 @@ def env_name(spec: dataclasses.Field[Any]) -> str:
     return PREFIX + spec.name.upper()
 
 
-def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Any:
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Read every ``IMAGESVC_*`` variable; unknown ``IMAGESVC_*`` names and bad values raise ``SettingsError``."""
     env = os.environ if environ is None else environ
     known = {env_name(spec) for spec in FIELDS}

@@ -65,3 +65,18 @@ def test_readme_documents_every_setting() -> None:
     text = README.read_text(encoding="utf-8")
     missing = [env_name(f) for f in FIELDS if f"`{env_name(f)}`" not in text]
     assert not missing, f"README.md does not document {missing}"
+
+
+def test_load_settings_says_it_returns_settings() -> None:
+    """Readers and type checkers see the fields: the signature names ``Settings``, not ``Any``, and so do the app,
+    the services and the commands that receive it."""
+    import typing
+
+    from imagesvc.app import build_app
+    from imagesvc.services import Services
+    from imagesvc.settings import Settings
+
+    assert typing.get_type_hints(load_settings)["return"] is Settings
+    assert typing.get_type_hints(build_app)["settings"] is Settings
+    assert typing.get_type_hints(Services)["settings"] is Settings
+    assert isinstance(load_settings({}), Settings)
