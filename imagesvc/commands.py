@@ -28,19 +28,17 @@ async def _ingest(settings: Settings, manifest_path: Path, progress: bool) -> di
     from imagesvc.ingest.manifest import load_manifest
     from imagesvc.ingest.pipeline import ingest
     from imagesvc.ingest.workers import make_pool
-    from imagesvc.storage import make_store
+    from imagesvc.storage import CreatesBucket, LocalFiles, make_store
 
     manifest = load_manifest(manifest_path)
     store = make_store(settings)
     catalog = Catalog(settings.data_dir / "catalog.sqlite3")
     pool = make_pool(settings.workers)
     try:
-        ensure = getattr(store, "ensure_bucket", None)
-        if ensure is not None:
-            await ensure()
-        sweep = getattr(store, "sweep_temp", None)
-        if sweep is not None:  # a local store may hold temp files from an ingest that was killed mid-write
-            await sweep()
+        if isinstance(store, CreatesBucket):
+            await store.ensure_bucket()
+        if isinstance(store, LocalFiles):  # a local store may hold temp files from an ingest that was killed mid-write
+            await store.sweep_temp()
         summary = await ingest(manifest, settings=settings, catalog=catalog, store=store, pool=pool, progress=progress)
         await _publish(settings, store)
     finally:

@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from imagesvc.errors import ImagesvcError, InvalidRequest, RateLimited
-from imagesvc.storage import ObjectExists, ObjectNotFound, StoreUnavailable
+from imagesvc.storage import ObjectExists, ObjectNotFound, ObjectStore, StoreUnavailable
 
 __all__ = [
     "JOB_FIELDS",
@@ -175,15 +175,17 @@ class MeteredStore:
     """An ``ObjectStore`` that forwards every call to ``inner`` and counts the ones that raise.
 
     Wrapping the store (rather than counting in the HTTP layer) counts failures from every door: REST, MCP and the
-    health check. Other attributes (``name``, ``path_for``, ``ensure_bucket``) pass through unchanged.
+    health check. It offers the ``ObjectStore`` protocol and nothing more (a ``storage.Wrapper``); backend-only
+    features (``path_for``, ``ensure_bucket``) are reached with ``storage.local_files`` or on the backend itself.
     """
 
-    def __init__(self, inner: Any, errors: Counter) -> None:
+    def __init__(self, inner: ObjectStore, errors: Counter) -> None:
         self.inner = inner
         self._errors = errors
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    @property
+    def name(self) -> str:
+        return self.inner.name
 
     async def _count(self, operation: str, call: Awaitable[T]) -> T:
         try:

@@ -16,7 +16,7 @@ from aiohttp import web
 from imagesvc.errors import NotFound
 from imagesvc.web.keys import SERVICES
 from imagesvc.web.params import any_query
-from imagesvc.web.rest import PublicFile
+from imagesvc.web.responses import PublicFile
 
 __all__ = ["STATIC", "VIEWER_READY", "VIEWER_SCRIPT", "static", "viewer", "viewer_folder", "viewer_ready"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from imagesvc.errors import Conflict, InvalidRequest, NotFound, Unavailable
@@ -17,14 +18,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKENDS",
+    "CreatesBucket",
     "InvalidKey",
+    "LocalFiles",
     "ObjectExists",
     "ObjectInfo",
     "ObjectNotFound",
     "ObjectStore",
     "StoreUnavailable",
     "StoredObject",
+    "Wrapper",
     "check_key",
+    "local_files",
     "make_store",
 ]
 
@@ -139,6 +144,40 @@ class ObjectStore(Protocol):
     async def close(self) -> None:
         """Release connections."""
         ...
+
+
+@runtime_checkable
+class LocalFiles(Protocol):
+    """A store whose objects are files on this machine (the ``local`` backend): ``/img/`` serves them from disk."""
+
+    def path_for(self, key: str) -> Path:
+        """The file of ``key`` (which need not exist); ``ValueError`` for a key that is not a valid object key."""
+        ...
+
+    async def sweep_temp(self, older_than: float = 600.0) -> int:
+        """Remove temporary files of writes older than ``older_than`` seconds (a writer killed mid-put)."""
+        ...
+
+
+@runtime_checkable
+class CreatesBucket(Protocol):
+    """A store that can create its bucket when it is missing (the ``s3`` backend, before the first ingest)."""
+
+    async def ensure_bucket(self) -> None: ...
+
+
+@runtime_checkable
+class Wrapper(Protocol):
+    """A store in front of another (``inner``) that adds behaviour to the ``ObjectStore`` calls and nothing else."""
+
+    inner: ObjectStore
+
+
+def local_files(store: ObjectStore) -> LocalFiles | None:
+    """The backend behind ``store`` (through any wrappers) when its objects are local files; None otherwise."""
+    while not isinstance(store, LocalFiles) and isinstance(store, Wrapper):
+        store = store.inner
+    return store if isinstance(store, LocalFiles) else None
 
 
 def make_store(settings: Settings) -> ObjectStore:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from typing import Any
 
-from imagesvc.storage import StoredObject
+from imagesvc.storage import ObjectInfo, ObjectStore, StoredObject
 
 __all__ = ["HotObjects", "is_immutable"]
 
@@ -29,10 +30,11 @@ def is_immutable(key: str) -> bool:
 class HotObjects:
     """An object store (``inner``) with an LRU of up to ``max_bytes`` of immutable objects (0: nothing is kept).
 
-    Every other call and attribute passes through to ``inner``. Not thread-safe: one event loop uses it.
+    It offers the ``ObjectStore`` protocol and nothing more (a ``storage.Wrapper``): the other calls go straight to
+    ``inner``; backend-only features are reached with ``storage.local_files``. Not thread-safe: one event loop uses it.
     """
 
-    def __init__(self, inner: Any, max_bytes: int) -> None:
+    def __init__(self, inner: ObjectStore, max_bytes: int) -> None:
         self.inner = inner
         self.max_bytes = max(0, max_bytes)
         self.bytes = 0
@@ -41,8 +43,9 @@ class HotObjects:
         self._entries: OrderedDict[str, StoredObject] = OrderedDict()
         self._writes = 0  # puts and deletes so far: a read that overlapped one is not kept
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    @property
+    def name(self) -> str:
+        return self.inner.name
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -86,3 +89,15 @@ class HotObjects:
     async def delete(self, key: str) -> None:
         self.forget(key)
         await self.inner.delete(key)
+
+    async def head(self, key: str) -> ObjectInfo | None:
+        return await self.inner.head(key)
+
+    def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        return self.inner.list(prefix)
+
+    async def ping(self) -> None:
+        await self.inner.ping()
+
+    async def close(self) -> None:
+        await self.inner.close()

@@ -37,7 +37,7 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
     The response is sent here (as the access middleware sends the ones it counts), so that a client that hangs up
     while its body is still going out, a file from /img/ included, is counted as 499 rather than as delivered. aiohttp
     prepares it again afterwards, which a response must answer as a no-op (``web.FileResponse`` does not: see
-    ``rest.PublicFile``).
+    ``responses.PublicFile``).
     """
     started = time.perf_counter()
     registry = request.app[METRICS]

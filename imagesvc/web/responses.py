@@ -1,13 +1,15 @@
-"""``BytesResponse``: a whole body held in memory, written after its headers rather than joined with them."""
+"""Responses the routes share: ``BytesResponse`` (a body held in memory, written after its headers rather than joined
+with them) and ``PublicFile`` (a file from disk, sent once and closed even when the request is cancelled)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
-__all__ = ["BytesResponse"]
+__all__ = ["BytesResponse", "PublicFile"]
 
 
 class BytesResponse(web.StreamResponse):
@@ -38,3 +40,27 @@ class BytesResponse(web.StreamResponse):
         if body:
             await self.write(memoryview(body))
         await super().write_eof(data)
+
+
+class PublicFile(web.FileResponse):
+    """A file response that, once sent, is not sent again: ``web.FileResponse.prepare`` starts over on every call,
+    and the response is sent by ``observe_middleware`` before aiohttp itself prepares it a second time."""
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        if self.prepared:
+            return None
+        # aiohttp opens the file in a thread and closes it when sending ends; a cancellation in between (the server
+        # shutting down under a browser's image requests) would drop the open file unclosed. Shielded, the send
+        # runs to its end, ordinary or not, and closes it.
+        sending = asyncio.ensure_future(super().prepare(request))
+        try:
+            return await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            sending.add_done_callback(_ignore_outcome)
+            raise
+
+
+def _ignore_outcome(task: asyncio.Future[object]) -> None:
+    """Retrieve a finished background send's outcome: a client that went away is nothing to report."""
+    if not task.cancelled():
+        task.exception()

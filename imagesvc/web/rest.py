@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from aiohttp.abc import AbstractStreamWriter
 
 from imagesvc import __version__, tools
 from imagesvc.errors import NotFound, RangeNotSatisfiable
 from imagesvc.search.engine import engine_for
-from imagesvc.storage import StoreUnavailable
+from imagesvc.storage import StoreUnavailable, local_files
 from imagesvc.web.keys import CALLER, METER, SERVICES
 from imagesvc.web.params import QUERY_SCHEMA, accepts, any_query, query_arguments
+from imagesvc.web.responses import PublicFile
 
 __all__ = ["TOOL", "book", "books", "health", "library", "public_image", "tool_call", "tool_route"]
 
@@ -83,14 +83,14 @@ async def public_image(request: web.Request) -> web.StreamResponse:
     """
     services = request.app[SERVICES]
     relative = request.match_info["path"]
-    path_for = getattr(services.store, "path_for", None)
-    if path_for is None:
+    files = local_files(services.store)
+    if files is None:
         raise NotFound(
             "Images are served by the image host, not by this app, when storage is S3.",
             recovery=[f"Fetch images under {services.settings.image_base}/."],
         )
     try:
-        path: Path = path_for(f"pub/{relative}")
+        path: Path = files.path_for(f"pub/{relative}")
     except ValueError:
         path = None  # type: ignore[assignment]
     info = await _stat(path) if path is not None else None
@@ -99,30 +99,6 @@ async def public_image(request: web.Request) -> web.StreamResponse:
     _check_range(request, info)
     response = PublicFile(path, headers={"Cache-Control": IMMUTABLE, "Content-Type": "image/jpeg"})
     return response
-
-
-class PublicFile(web.FileResponse):
-    """A file response that, once sent, is not sent again: ``web.FileResponse.prepare`` starts over on every call,
-    and the response is sent by ``observe_middleware`` before aiohttp itself prepares it a second time."""
-
-    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
-        if self.prepared:
-            return None
-        # aiohttp opens the file in a thread and closes it when sending ends; a cancellation in between (the server
-        # shutting down under a browser's image requests) would drop the open file unclosed. Shielded, the send
-        # runs to its end, ordinary or not, and closes it.
-        sending = asyncio.ensure_future(super().prepare(request))
-        try:
-            return await asyncio.shield(sending)
-        except asyncio.CancelledError:
-            sending.add_done_callback(_ignore_outcome)
-            raise
-
-
-def _ignore_outcome(task: asyncio.Future[object]) -> None:
-    """Retrieve a finished background send's outcome: a client that went away is nothing to report."""
-    if not task.cancelled():
-        task.exception()
 
 
 async def _stat(path: Path) -> os.stat_result | None:
