@@ -4,10 +4,11 @@ Requests go through the same access middleware as REST (identity, request limit,
 JSON-RPC errors (-32700, -32600, -32601, -32602); tool failures, an exhausted budget included, are tool results with
 ``isError: true``, because MCP clients turn HTTP errors into opaque failures.
 
-A POST carries at most ``MAX_BODY_BYTES`` (refused unread, -32600 with a 413). A batch is bounded three ways: at
-most ``MAX_BATCH`` messages; each ``tools/call`` in it counts as one request against
-the caller's request limit (the POST itself paid for the first); and its answers stop at ``MAX_RESPONSE_BYTES``, past
-which calls are answered with an error result asking for another POST. Bodies nested deeper than ``MAX_DEPTH``, ids
+A POST carries at most ``mcp_wire.MAX_BODY_BYTES`` (refused unread, -32600 with a 413). A batch is bounded three
+ways: at most ``mcp_wire.MAX_BATCH`` messages; each ``tools/call`` in it counts as one request against the caller's
+request limit (the POST itself paid for the first); and its answers stop at ``mcp_tools.MAX_RESPONSE_BYTES``, past
+which calls are answered with an error result asking for another POST. Bodies nested deeper than
+``mcp_wire.MAX_DEPTH``, ids
 other than a string, an integer or null, and the non-JSON constants NaN and Infinity are refused; every answer is
 strict JSON.
 """
@@ -23,15 +24,12 @@ from aiohttp import web
 from imagesvc import __version__, tools
 from imagesvc.errors import InvalidRequest, MethodNotAllowed, Unauthorized
 from imagesvc.web.keys import REQUEST_DENIED
-from imagesvc.web.mcp_tools import MAX_RESPONSE_BYTES, Post, encode, list_tools, run_tool
+from imagesvc.web.mcp_tools import Post, encode, list_tools, run_tool
 from imagesvc.web.mcp_wire import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     MAX_BATCH,
-    MAX_BODY_BYTES,
-    MAX_DEPTH,
     METHOD_NOT_FOUND,
-    PARSE_ERROR,
     RpcError,
     encode_reply,
     parse,
@@ -40,21 +38,7 @@ from imagesvc.web.mcp_wire import (
     valid_id,
 )
 
-__all__ = [
-    "INVALID_PARAMS",
-    "INVALID_REQUEST",
-    "MAX_BATCH",
-    "MAX_BODY_BYTES",
-    "MAX_DEPTH",
-    "MAX_RESPONSE_BYTES",
-    "METHOD_NOT_FOUND",
-    "PARSE_ERROR",
-    "PROTOCOL_VERSIONS",
-    "RpcError",
-    "mcp_delete",
-    "mcp_get",
-    "mcp_post",
-]
+__all__ = ["PROTOCOL_VERSIONS", "mcp_delete", "mcp_get", "mcp_post"]  # wire constants live in mcp_wire, mcp_tools
 
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")  # newest first: the one offered to unknown versions
 INSTRUCTIONS = (
