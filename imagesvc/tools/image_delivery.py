@@ -202,14 +202,15 @@ async def delivery_bytes(services: Services, delivery: ImageDelivery, stored: by
         return stored
     if delivery.credentials is None:  # signing is off: a manifest from ingest would no longer match once the note is in
         return splice_xmp(strip_c2pa(stored), delivery.xmp)
-    body = splice_xmp(stored, delivery.xmp)
     paths = _signing(services.settings)
-    return await asyncio.get_running_loop().run_in_executor(None, _sign, stored, body, delivery.credentials, paths)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, _sign, stored, delivery.xmp, delivery.credentials, paths)
 
 
-def _sign(stored: bytes, body: bytes, credentials: Delivery, paths: SigningPaths) -> bytes:
+def _sign(stored: bytes, xmp: str, credentials: Delivery, paths: SigningPaths) -> bytes:
+    """In a thread: the note spliced and the result signed, so the event loop copies no image for a signed one."""
     from imagesvc.provenance.sign import sign_delivery  # c2pa loads with the first signed delivery
 
     if not credentials.rendition_sha256:
         credentials = replace(credentials, rendition_sha256=hashlib.sha256(stored).hexdigest())
-    return sign_delivery(body, credentials, paths)
+    return sign_delivery(splice_xmp(stored, xmp), credentials, paths)

@@ -3,6 +3,7 @@ after its XMP note, clean copies saying so; each file read back with c2pa's own 
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 from pathlib import Path
@@ -101,6 +102,26 @@ async def test_clean_copy_says_no_mark_and_to_whom(client: TestClient, data_dir:
     assert published["action"] == "c2pa.published"
     assert "no visible mark applied" in published["description"] and key_id in published["description"]
     assert not any("mark drawn" in a.get("description", "") for a in _actions(found))
+
+
+async def test_concurrent_deliveries_each_name_their_own_key(client: TestClient, data_dir: Path) -> None:
+    """Deliveries signed at the same time in several threads (each with its own signer) never swap notes or
+    manifests: every file is Trusted and its XMP note and delivery assertion name the key that asked for it."""
+    keys = [_key(data_dir, tier) for tier in ("free", "free", "enterprise", "full")]
+
+    async def fetch(key: str, illustration: bool) -> bytes:
+        params = PAGE if not illustration else {**PAGE, "tier": "thumb"}
+        resp = await client.get("/api/image", params=params, headers={"Authorization": f"Bearer {key}"})
+        assert resp.status == 200
+        return await resp.read()
+
+    jobs = [(key, key_id, i % 2 == 1) for i, (key, key_id) in enumerate(keys * 3)]
+    bodies = await asyncio.gather(*(fetch(key, thumb) for key, _, thumb in jobs))
+    for (_, key_id, _), body in zip(jobs, bodies, strict=True):
+        found = _trusted(body, data_dir)
+        assert found.assertion(DELIVERY_LABEL)["key_ref"] == key_id
+        assert key_id in read_xmp(body)
+        assert all(other not in read_xmp(body) for _, other in keys if other != key_id)
 
 
 async def test_a_changed_byte_reads_invalid(client: TestClient, data_dir: Path) -> None:
