@@ -108,7 +108,9 @@ async def test_s3_down_gives_503_and_recovers(
     assert kept.status == 200 and await kept.read() == image
     started = time.monotonic()
     await assert_unavailable(await client.get("/api/image", params=unread))
-    assert time.monotonic() - started < 15  # bounded retries: a dead store fails fast, it does not hang
+    # Bounded retries: a dead store fails, it does not hang (botocore's defaults retry for minutes). A generous
+    # bound that only such a hang exceeds, not a measure of speed.
+    assert time.monotonic() - started < 60
     health = await client.get("/health")
     assert health.status == 503 and (await health.json())["status"] == "degraded"
     assert (await client.get("/api/books")).status == 200  # what needs no store still works: the process is up

@@ -24,9 +24,22 @@ def test_new_catalog_is_current_and_wal(tmp_path: Path) -> None:
     conn.close()
 
 
-def test_reopening_does_not_migrate_again(tmp_path: Path) -> None:
-    Catalog(tmp_path / "c.sqlite3").close()
-    Catalog(tmp_path / "c.sqlite3").close()  # would fail with "table books already exists" if it re-ran
+def test_reopening_keeps_the_books_and_the_schema(tmp_path: Path) -> None:
+    """A restart opens the same file: its books are still there and nothing is migrated twice."""
+    cat = Catalog(tmp_path / "c.sqlite3")
+    with cat.transaction() as conn:
+        conn.execute(
+            "INSERT INTO books (id, slug, title, author, language, institution, item_url, source_hash, ingested_at)"
+            " VALUES ('01', 'kept-book', 'Kept', 'A', 'Latin', 'I', 'https://x.example', '', '')"
+        )
+    cat.close()
+    again = Catalog(tmp_path / "c.sqlite3")  # a migration that re-ran would fail ("table books already exists")
+    try:
+        assert again.schema_version == SCHEMA_VERSION
+        assert again.counts()["books"] == 1
+        assert (again.find_book("kept-book", counts=False) or {}).get("title") == "Kept"
+    finally:
+        again.close()
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:

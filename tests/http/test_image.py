@@ -11,21 +11,11 @@ from aiohttp.test_utils import TestClient
 from PIL import Image
 
 from colophon import Note
-from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
 from imagesvc.imaging.embed import read_xmp
+from tests.http.keys import new_key
 from tests.imaging.helpers import scan_digest
 
 PAGE = {"book": "demo-speculum-fornacum", "page": "2", "tier": "display"}
-
-
-def _key(data_dir: Path, tier: str) -> tuple[str, str]:
-    catalog = Catalog(data_dir / "catalog.sqlite3")
-    try:
-        key, record = create_key(catalog, tier, f"test {tier}")
-    finally:
-        catalog.close()
-    return key, record.id
 
 
 def _pixels(data: bytes) -> np.ndarray:
@@ -64,7 +54,7 @@ async def test_head_and_repeat_deliveries(client: TestClient) -> None:
 
 @pytest.mark.parametrize("tier", ["free", "language", "domain"])
 async def test_clean_is_refused_for_every_tier_below_full(client: TestClient, data_dir: Path, tier: str) -> None:
-    key, _ = _key(data_dir, tier)
+    key, _ = new_key(data_dir, tier)
     resp = await client.get("/api/image", params={**PAGE, "clean": "1"}, headers={"Authorization": f"Bearer {key}"})
     body = await resp.json()
     assert resp.status == 403
@@ -89,7 +79,7 @@ async def test_clean_is_refused_for_anonymous_and_signed_in(client: TestClient) 
 
 @pytest.mark.parametrize("tier", ["full", "enterprise"])
 async def test_full_tier_keys_get_clean_images_privately(client: TestClient, data_dir: Path, tier: str) -> None:
-    key, _ = _key(data_dir, tier)
+    key, _ = new_key(data_dir, tier)
     auth = {"Authorization": f"Bearer {key}"}
     clean = await client.get("/api/image", params={**PAGE, "clean": "1"}, headers=auth)
     marked = await client.get("/api/image", params=PAGE, headers=auth)
@@ -102,7 +92,7 @@ async def test_full_tier_keys_get_clean_images_privately(client: TestClient, dat
 
 
 async def test_key_deliveries_carry_a_provenance_note_with_pixels_untouched(client: TestClient, data_dir: Path) -> None:
-    key, key_id = _key(data_dir, "free")
+    key, key_id = new_key(data_dir, "free")
     anonymous = await (await client.get("/api/image", params=PAGE)).read()
     keyed = await (await client.get("/api/image", params=PAGE, headers={"Authorization": f"Bearer {key}"})).read()
     assert read_xmp(anonymous) is None

@@ -15,7 +15,7 @@ from imagesvc.imaging.embed import read_xmp, strip_c2pa
 from imagesvc.provenance.manifests import DELIVERY_LABEL, SOURCE_LABEL
 from imagesvc.provenance.sign import Credentials, read_credentials
 from tests.http.conftest import MakeClient
-from tests.http.test_image import _key
+from tests.http.keys import new_key
 
 PAGE = {"book": "demo-speculum-fornacum", "page": "2", "tier": "display"}
 CITATION = "https://library.example/book/demo-speculum-fornacum?page=2"
@@ -60,7 +60,7 @@ async def test_public_tiers_are_signed_at_ingest(client: TestClient, data_dir: P
 
 
 async def test_keyed_delivery_is_signed_after_its_note(client: TestClient, data_dir: Path) -> None:
-    key, key_id = _key(data_dir, "free")
+    key, key_id = new_key(data_dir, "free")
     body = await (await client.get("/api/image", params=PAGE, headers={"Authorization": f"Bearer {key}"})).read()
     found = _trusted(body, data_dir)
     assert key_id in read_xmp(body)  # the note went in before the signature, and the signature covers it
@@ -80,7 +80,7 @@ async def test_keyed_delivery_is_signed_after_its_note(client: TestClient, data_
 async def test_signed_deliveries_vary_so_their_etag_is_weak(client: TestClient, data_dir: Path) -> None:
     """A strong ETag promises identical bytes; two signed deliveries of one page to one key differ (the manifest's
     salt), so the tag is weak, and it still answers If-None-Match with a 304 that spends nothing."""
-    key, _ = _key(data_dir, "free")
+    key, _ = new_key(data_dir, "free")
     auth = {"Authorization": f"Bearer {key}"}
     one = await client.get("/api/image", params=PAGE, headers=auth)
     two = await client.get("/api/image", params=PAGE, headers=auth)
@@ -93,7 +93,7 @@ async def test_signed_deliveries_vary_so_their_etag_is_weak(client: TestClient, 
 
 
 async def test_clean_copy_says_no_mark_and_to_whom(client: TestClient, data_dir: Path) -> None:
-    key, key_id = _key(data_dir, "full")
+    key, key_id = new_key(data_dir, "full")
     resp = await client.get("/api/image", params={**PAGE, "clean": "1"}, headers={"Authorization": f"Bearer {key}"})
     found = _trusted(await resp.read(), data_dir)
     delivery = found.assertion(DELIVERY_LABEL)
@@ -125,7 +125,7 @@ async def test_concurrent_deliveries_each_name_their_own_key(client: TestClient,
 
 
 async def test_a_changed_byte_reads_invalid(client: TestClient, data_dir: Path) -> None:
-    key, _ = _key(data_dir, "full")
+    key, _ = new_key(data_dir, "full")
     body = bytearray(
         await (await client.get("/api/image", params=PAGE, headers={"Authorization": f"Bearer {key}"})).read()
     )
@@ -137,7 +137,7 @@ async def test_a_changed_byte_reads_invalid(client: TestClient, data_dir: Path) 
 
 async def test_signing_off_delivers_unsigned(make_client: MakeClient, data_dir: Path) -> None:
     client = await make_client(c2pa_sign=False)
-    key, key_id = _key(data_dir, "full")
+    key, key_id = new_key(data_dir, "full")
     body = await (await client.get("/api/image", params=PAGE, headers={"Authorization": f"Bearer {key}"})).read()
     assert key_id in read_xmp(body)
     # The ingest manifest would no longer match once the note is in: it is dropped rather than sent broken.
@@ -146,7 +146,7 @@ async def test_signing_off_delivers_unsigned(make_client: MakeClient, data_dir: 
 
 async def test_half_configured_operator_keys_are_a_clear_503(make_client: MakeClient, data_dir: Path) -> None:
     client = await make_client(c2pa_cert_chain=str(data_dir / "c2pa" / "chain.pem"))
-    key, _ = _key(data_dir, "full")
+    key, _ = new_key(data_dir, "full")
     resp = await client.get("/api/image", params=PAGE, headers={"Authorization": f"Bearer {key}"})
     body = await resp.json()
     assert resp.status == 503 and body["error"] == "unavailable"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from imagesvc.errors import ImageRejected
@@ -86,11 +84,11 @@ def test_broken_data_is_rejected_with_a_reason(data: bytes, reason: str, words: 
     assert "OSError" not in info.value.message and "Pillow" not in info.value.message
 
 
-def test_decompression_bomb_is_refused_fast_with_the_limit_named() -> None:
-    started = time.perf_counter()
+def test_decompression_bomb_is_refused_from_its_header_with_the_limit_named() -> None:
+    # The bomb's data covers only its first rows: a refusal naming the pixel limit (not "truncated") shows the size
+    # was refused from the header, before any pixel was decoded; no clock needed.
     with pytest.raises(ImageRejected, match="decompression bomb") as info:
         render_page(awkward.bomb_png(30_000, 30_000), SPEC, None, [])
-    assert time.perf_counter() - started < 1.0
     message = info.value.message
     assert "250,000,000" in message and "IMAGESVC_MAX_IMAGE_PIXELS" in message
     assert "500000000" not in message.replace(",", "") and "900000000" not in message.replace(",", "")

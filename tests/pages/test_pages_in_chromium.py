@@ -4,12 +4,8 @@ without an image, a right-to-left book, no JavaScript, a phone screen and a keyb
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import re
-import shutil
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,49 +15,20 @@ from aiohttp.test_utils import TestServer
 from PIL import Image, ImageStat
 
 from imagesvc.app import build_app
+from tests.browser import MODULES, VIEWER, require, run_driver, save_compact
 from tests.library import copy_library, settings_for
+from tests.servers import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-DRIVER = ROOT / "viewer" / "pages.mjs"
-MODULES = ROOT / "viewer" / "node_modules"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+DRIVER = VIEWER / "pages.mjs"
 SCREENSHOTS = "IMAGESVC_PAGES_SCREENSHOTS"  # a folder to keep the screenshots in, as pages-*.png (docs/)
 
-
-def _missing() -> str:
-    """Why the browser tests cannot run here ("" when they can): scripts/install-viewer.sh provides all of it."""
-    if shutil.which("node") is None:
-        return "node is not installed"
-    if not (MODULES / "playwright-core").is_dir() or not (MODULES / "openseadragon").is_dir():
-        return "viewer/node_modules is missing or old: run scripts/install-viewer.sh"
-    if not os.access(CHROMIUM, os.X_OK):
-        return f"{CHROMIUM} is missing: run scripts/install-viewer.sh as root (Debian package chromium)"
-    return ""
-
-
-ON_CI = os.environ.get("CI", "").lower() == "true"
-MISSING = _missing()
-if MISSING and not ON_CI:
-    pytest.skip(MISSING, allow_module_level=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _browser_tools() -> None:
-    """On CI (CI=true) a missing node, npm package or Chromium is a failure, never a silent skip."""
-    if MISSING:
-        pytest.fail(f"CI=true and the browser tests cannot run: {MISSING}", pytrace=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+require(MODULES / "openseadragon")
 
 
 @pytest.fixture
 async def site(demo_library: dict[str, Any], tmp_path: Path) -> AsyncIterator[str]:
     """The real app on a loopback port whose site URL is that address, so citation and image URLs lead back to it."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     data = copy_library(demo_library["data"], tmp_path / "data")
     server = TestServer(build_app(settings_for(data, site_url=url)), host="127.0.0.1", port=port)
@@ -74,20 +41,7 @@ async def site(demo_library: dict[str, Any], tmp_path: Path) -> AsyncIterator[st
 
 async def drive(site: str, scenario: str, out: Path) -> dict[str, Any]:
     """Run one scenario of viewer/pages.mjs; the app keeps serving on this loop meanwhile."""
-    proc = await asyncio.create_subprocess_exec(
-        "node",
-        str(DRIVER),
-        site,
-        str(out),
-        scenario,
-        "30000",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "CHROMIUM": CHROMIUM},
-    )
-    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=180)
-    assert proc.returncode == 0, f"pages.mjs failed ({proc.returncode}): {stderr.decode()[-3000:]}"
-    seen = json.loads(stdout.decode().strip().splitlines()[-1])
+    seen = await run_driver(DRIVER, site, str(out), scenario, "30000", timeout=180)
     assert "crash" not in seen, seen["crash"]
     assert seen["blocked"] == [], f"the page tried to leave loopback: {seen['blocked']}"
     assert seen["errors"] == [], f"script errors in the page: {seen['errors']}"
@@ -96,12 +50,10 @@ async def drive(site: str, scenario: str, out: Path) -> dict[str, Any]:
 
 
 def _keep(shot: Path) -> None:
-    """A compact copy (256-colour PNG) of a screenshot for the docs, when IMAGESVC_PAGES_SCREENSHOTS names a folder."""
+    """A compact copy of a screenshot for the docs, when IMAGESVC_PAGES_SCREENSHOTS names a folder."""
     target = os.environ.get(SCREENSHOTS)
     if target:
-        with Image.open(shot) as image:
-            compact = image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
-            compact.save(Path(target) / f"pages-{shot.name}", optimize=True)
+        save_compact(shot, Path(target) / f"pages-{shot.name}")
 
 
 async def test_search_open_a_result_zoom_read_and_copy_a_citation(site: str, tmp_path: Path) -> None:

@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Mutation check: break one rule of the house at a time and see that the suite notices.
+
+Each mutation is an exact source text replacement in a temporary copy of the tree. The script asserts that the text
+it replaces occurs exactly once (a refactor that moved or changed a rule line is reported by name, never passed
+silently), runs the named tests against the mutated copy and reports the mutation ``killed`` (a test failed) or
+``SURVIVED`` (every test passed: the rule is not guarded). It first runs the same tests unmutated, so that a kill means
+the mutation, not a test that already fails.
+
+    .venv/bin/python scripts/mutations.py                # every mutation
+    .venv/bin/python scripts/mutations.py iiif-unmetered # some, by name
+    .venv/bin/python scripts/mutations.py --list
+
+Exit status: 0 when every mutation was killed, 1 when one survived, 2 when a replacement no longer applies or the
+unmutated tests fail. Run by a person or by CI on demand; ``make test`` does not run it (it takes minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COPIED = ("imagesvc", "tests", "pyproject.toml", "README.md", "docs", "scripts", "benchmarks", "viewer", "Makefile")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    rule: str  # the promise the mutation breaks
+    path: str  # relative to the repository root
+    old: str  # exact text, found exactly once
+    new: str
+    tests: tuple[str, ...]  # pytest node ids or files, relative to the root
+
+
+MUTATIONS = [
+    Mutation(
+        "iiif-unmetered",
+        "an IIIF image is priced and reserved in the image budget before any pixel work",
+        "imagesvc/web/iiif.py",
+        '    await call.meter.reserve_milli("images", price_milli(width, height, services.settings.display_size))\n',
+        "    pass\n",
+        (
+            "tests/http/test_iiif.py::test_budget_is_charged_by_delivered_area_and_304_is_free",
+            "tests/http/test_iiif.py::test_a_spent_pool_refuses_every_priced_output",
+        ),
+    ),
+    Mutation(
+        "strict-accepts-unknown",
+        "a route that declares no parameters refuses any query parameter (params.strict)",
+        "imagesvc/web/params.py",
+        "        for key in request.query:\n            raise unknown_name(route_name(request), key, NONE)\n",
+        "        for key in ():\n            raise unknown_name(route_name(request), key, NONE)\n",
+        ("tests/conformance/test_parameters.py::test_an_unknown_parameter_on_every_route_is_a_400_naming_it",),
+    ),
+    Mutation(
+        "declared-accepts-unknown",
+        "a route that declares its parameters refuses one it does not declare",
+        "imagesvc/web/params.py",
+        "        if key not in names or names[key] in skipped:\n",
+        "        if key not in names:\n            continue\n        if names[key] in skipped:\n",
+        ("tests/conformance/test_parameters.py::test_an_unknown_parameter_on_every_route_is_a_400_naming_it",),
+    ),
+    Mutation(
+        "clean-for-free-key",
+        "clean=1 (no visible mark) needs a full or enterprise key",
+        "imagesvc/tools/image_delivery.py",
+        "    if not allowance.clean_allowed:\n",
+        "    if False:\n",
+        (
+            "tests/http/test_image.py::test_clean_is_refused_for_every_tier_below_full",
+            "tests/http/test_iiif.py::test_no_iiif_form_yields_clean_pixels_without_a_full_key",
+        ),
+    ),
+    Mutation(
+        "mcp-batch-unlimited",
+        "every tool call in an MCP batch counts against the request limit",
+        "imagesvc/web/mcp_tools.py",
+        "        if self.denied is not None or self.calls == 1:",
+        "        if True:",
+        ("tests/http/test_mcp.py::test_each_call_in_a_batch_counts_against_the_request_limit",),
+    ),
+    Mutation(
+        "rest-request-limit-skipped",
+        "every REST request counts against the caller's request limit",
+        "imagesvc/web/access.py",
+        "    hit = await app[ACCESS].hit(caller.subject, limit, allowance.request_window)\n",
+        "    hit = await app[ACCESS].hit(caller.subject, None, allowance.request_window)\n",
+        ("tests/http/test_access.py::test_forwarded_for_is_ignored_from_untrusted_peers",),
+    ),
+    Mutation(
+        "tool-accepts-unknown-argument",
+        "a tool call naming an argument the tool does not take is refused, naming it and the closest",
+        "imagesvc/tools/arguments.py",
+        '    if schema.get("additionalProperties") is False:\n        for name in arguments:\n',
+        "    if False:\n        for name in arguments:\n",
+        (
+            "tests/tools/test_arguments.py",
+            "tests/http/test_mcp.py::test_bad_arguments_are_tool_errors_the_model_can_act_on",
+        ),
+    ),
+    Mutation(
+        "head-skips-budget-check",
+        "HEAD of a priced output answers as GET would: a 429 from a spent pool",
+        "imagesvc/access/meter.py",
+        "            return await self._check(pool, milli, allow_partial)\n",
+        "            return milli\n",
+        (
+            "tests/access/test_request_meter.py",
+            "tests/http/test_iiif.py::test_a_spent_pool_refuses_every_priced_output",
+        ),
+    ),
+    Mutation(
+        "head-spends-budget",
+        "HEAD delivers nothing, so it spends nothing",
+        "imagesvc/web/access.py",
+        'delivers=request.method != "HEAD"',
+        "delivers=True",
+        (
+            "tests/http/test_image.py::test_head_and_repeat_deliveries",
+            "tests/http/test_iiif.py::test_iiif_deliveries_are_in_the_usage_meter",
+        ),
+    ),
+    Mutation(
+        "settle-refunds-deliveries",
+        "a delivered reservation is committed (counted), not refunded",
+        "imagesvc/access/meter.py",
+        "                await self.access.commit(reservation)\n",
+        "                await self.access.refund(reservation)\n",
+        ("tests/access/test_request_meter.py",),
+    ),
+    Mutation(
+        "uncapped-without-store",
+        "an uncapped delivery needs the access store to answer (nothing metered goes out blind)",
+        "imagesvc/access/meter.py",
+        "            await self._ensure_alive()\n",
+        "",
+        ("tests/access/test_request_meter.py",),
+    ),
+    Mutation(
+        "lying-jpeg-accepted",
+        "a JPEG whose scan data cannot fill the size its header declares is refused at ingest",
+        "imagesvc/imaging/integrity.py",
+        "    if sof in _JPEG_HUFFMAN_SOF and entropy * 8 < blocks:\n",
+        "    if False:\n",
+        ("tests/imaging/test_hostile_masters.py", "tests/ingest/test_hostile_ingest.py"),
+    ),
+    Mutation(
+        "keyed-image-unsigned",
+        "a keyed /image delivery carries a C2PA manifest signed after its note",
+        "imagesvc/tools/image_delivery.py",
+        "    if delivery.credentials is None:",
+        "    if True:",
+        ("tests/http/test_image_c2pa.py",),
+    ),
+]
+
+
+def copy_tree(target: Path) -> None:
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", ".*cache"))
+        elif source.exists():
+            shutil.copy2(source, target / name)
+
+
+def first_failure(output: str) -> str:
+    """The name of the first test pytest's summary reports failed (or ``output``'s last line when none)."""
+    for line in output.splitlines():
+        if line.startswith(("FAILED ", "ERROR ")):
+            return line.split()[1].rsplit("::", 1)[-1]
+    return (output.strip().splitlines() or [""])[-1][:60]
+
+
+def pytest(tree: Path, tests: tuple[str, ...], timeout: int) -> tuple[bool, str]:
+    """Run ``tests`` against ``tree``'s code; (passed, the output's tail)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
+    env["PYTHONPATH"] = str(tree)  # ahead of the worktree's .pth entry: the copy's imagesvc and tests are imported
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    try:
+        done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"timed out after {timeout} s"
+    return done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+
+def check_imports_copy(tree: Path) -> None:
+    env = os.environ | {"PYTHONPATH": str(tree)}
+    where = subprocess.run(
+        [sys.executable, "-c", "import imagesvc, tests; print(imagesvc.__file__, tests.__file__)"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    if not all(Path(p).is_relative_to(tree) for p in where):
+        raise SystemExit(f"the copy's code is not what runs ({where}): check PYTHONPATH and the venv's .pth files")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run of the tests")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per pytest run (default 600)")
+    args = parser.parse_args()
+    known = {m.name: m for m in MUTATIONS}
+    if args.list:
+        for m in MUTATIONS:
+            print(f"{m.name:30} {m.path}: {m.rule}")
+        return 0
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        parser.error(f"unknown mutation(s) {', '.join(unknown)}; valid: {', '.join(known)}")
+    chosen = [known[n] for n in args.names] if args.names else MUTATIONS
+
+    stale = []
+    for m in chosen:
+        found = (ROOT / m.path).read_text(encoding="utf-8").count(m.old) if (ROOT / m.path).exists() else 0
+        if found != 1:
+            stale.append(f"{m.name}: the text to replace occurs {found} times in {m.path} (expected once):\n{m.old}")
+    if stale:
+        print("Mutation targets no longer apply; update MUTATIONS in scripts/mutations.py:\n", file=sys.stderr)
+        print("\n".join(stale), file=sys.stderr)
+        return 2
+
+    with tempfile.TemporaryDirectory(prefix="imagesvc-mutations-") as tmp:
+        tree = Path(tmp)
+        copy_tree(tree)
+        check_imports_copy(tree)
+        if not args.no_baseline:
+            union = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+            started = time.monotonic()
+            passed, tail = pytest(tree, union, args.timeout * 2)
+            print(f"baseline: {len(union)} test targets unmutated, {time.monotonic() - started:.0f} s", flush=True)
+            if not passed:
+                print(f"The unmutated tests fail, so no kill would mean anything:\n{tail}", file=sys.stderr)
+                return 2
+        rows = []
+        for m in chosen:
+            target = tree / m.path
+            original = target.read_text(encoding="utf-8")
+            target.write_text(original.replace(m.old, m.new), encoding="utf-8")
+            started = time.monotonic()
+            try:
+                passed, tail = pytest(tree, m.tests, args.timeout)
+            finally:
+                target.write_text(original, encoding="utf-8")
+            by = "" if passed else first_failure(tail)
+            rows.append((m.name, len(m.tests), "SURVIVED" if passed else "killed", time.monotonic() - started, by))
+            print(f"  {m.name}: {rows[-1][2]} ({rows[-1][3]:.0f} s) {by}", flush=True)
+
+    print("\n| mutation | test targets run | result | seconds | first failing test |")
+    print("|---|---|---|---|---|")
+    for name, count, result, seconds, by in rows:
+        print(f"| {name} | {count} | {result} | {seconds:.0f} | {by} |")
+    survivors = [r[0] for r in rows if r[2] == "SURVIVED"]
+    if survivors:
+        print(f"\n{len(survivors)} mutation(s) survived: {', '.join(survivors)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
