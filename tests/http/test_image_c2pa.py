@@ -107,7 +107,7 @@ async def test_clean_copy_says_no_mark_and_to_whom(client: TestClient, data_dir:
 async def test_concurrent_deliveries_each_name_their_own_key(client: TestClient, data_dir: Path) -> None:
     """Deliveries signed at the same time in several threads (each with its own signer) never swap notes or
     manifests: every file is Trusted and its XMP note and delivery assertion name the key that asked for it."""
-    keys = [_key(data_dir, tier) for tier in ("free", "free", "enterprise", "full")]
+    keys = [new_key(data_dir, tier) for tier in ("free", "free", "enterprise", "full")]
 
     async def fetch(key: str, illustration: bool) -> bytes:
         params = PAGE if not illustration else {**PAGE, "tier": "thumb"}
