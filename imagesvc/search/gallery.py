@@ -22,6 +22,7 @@ __all__ = ["TEXT_WEIGHT", "GalleryTable", "Query", "Ranked", "rank"]
 
 TEXT_WEIGHT = 0.1  # a full-strength text match adds this much to a cosine similarity (see docs/search.md)
 NO_YEAR = -(2**31)
+FIRST_CUT = 512  # candidates a ranked page first sorts; more when per-book caps or folding use them up
 _TERM_FIELDS = ("subjects", "figures", "symbols")
 
 
@@ -253,7 +254,7 @@ def _listing(cand: np.ndarray, books: np.ndarray, q: Query, start: int) -> tuple
 def _page(cand: np.ndarray, books: np.ndarray, score: np.ndarray, q: Query) -> np.ndarray:
     """Positions into ``cand`` of the requested page, in rank order (score, then catalog order)."""
     need, n = q.offset + q.limit, len(cand)
-    m = min(n, max(4 * need, 512))
+    m = min(n, max(4 * need, FIRST_CUT))
     while True:
         if m < n:
             # Everything scoring at least the m-th best: a superset that keeps exact ties together.
