@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from imagesvc.search import gallery
 from imagesvc.search.gallery import NO_YEAR, TEXT_WEIGHT, GalleryTable, Query, rank
 
 ROWS = 60_000
@@ -61,6 +62,7 @@ def make_world(seed: int, rows: int = ROWS, books: int = BOOKS) -> World:
     matrix[table.vec_row[boost[has_vec]], 0] = 4.0
     vectors = [(rng.integers(-4, 5, 8) / 8).astype(np.float32) for _ in range(3)]
     vectors[0][0] = 4.0
+    vectors.append(np.eye(8, dtype=np.float32)[1])  # nine score levels: thousands of rows tie at any cut
     levels = [1.0, 0.5, 0.25, 0.125]
     text = [
         {ids[r]: levels[int(rng.integers(0, 4))] for r in rng.choice(rows, size, replace=False)}
@@ -228,11 +230,20 @@ def test_unranked_listing_and_cursor_match_a_full_sort(world: World) -> None:
 def test_the_large_table_path_is_taken(world: World) -> None:
     """The cases above rank far more candidates than the first cut of the partial sort, and one book holds the best
     scores, so a capped page needs the cut to grow."""
-    from imagesvc.search import gallery
-
     first_cut = max(4 * 20, gallery.FIRST_CUT)
     assert len(world.table) >= 50_000 and int(world.table.live.sum()) > 40 * first_cut
     top = rank(world.table, Query(max_per_book=1000, limit=first_cut), world.matrix, world.vectors[0])
     assert {world.table.book[r] for r in top.rows} == {5}  # the whole first cut is one book's
     capped = rank(world.table, Query(max_per_book=3, limit=20), world.matrix, world.vectors[0])
     assert len({world.table.book[r] for r in capped.rows}) > 1
+
+
+@pytest.mark.parametrize("f", [0, 1])
+def test_ties_across_the_first_cut_keep_catalog_order(world: World, f: int) -> None:
+    """Thousands of rows share the best score, so the first cut splits a tie: the page must still be the tied rows
+    that come first in the catalog, with each book's cap counted in that order."""
+    vector = world.vectors[3]
+    scores = world.matrix[world.table.vec_row[world.table.vec_row >= 0]] @ vector
+    assert np.count_nonzero(scores == scores.max()) > 4 * gallery.FIRST_CUT
+    for shape in SHAPES:
+        check(world, replace(FILTERS[f], **shape), vector, None)
