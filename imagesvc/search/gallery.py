@@ -17,6 +17,7 @@ import numpy as np
 
 from imagesvc.catalog import illustration_key
 from imagesvc.search.duplicates import fold_groups, near_duplicate_groups
+from imagesvc.search.ranking import Prepared, rank_unfiltered, within_cap
 
 __all__ = ["TEXT_WEIGHT", "GalleryTable", "Query", "Ranked", "rank"]
 
@@ -65,6 +66,7 @@ class GalleryTable:
     vec_row: np.ndarray | None = None
     _row: dict[str, int] | None = None
     _keys: list[tuple[str, int, int]] | None = None
+    _prepared: Prepared | None = None  # arrays for unfiltered likeness queries (search/ranking.py), built on first use
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -161,17 +163,10 @@ def _mask(table: GalleryTable, q: Query) -> np.ndarray:
     return mask
 
 
-def _within_cap(order: np.ndarray, books: np.ndarray, cap: int) -> np.ndarray:
-    """The entries of ``order`` (ranked rows) that are among the first ``cap`` of their book."""
-    if len(order) == 0:
-        return order
-    by_book = np.argsort(books, kind="stable")
-    sorted_books = books[by_book]
-    starts = np.flatnonzero(np.r_[True, sorted_books[1:] != sorted_books[:-1]])
-    lengths = np.diff(np.r_[starts, len(sorted_books)])
-    position = np.empty(len(order), np.int64)
-    position[by_book] = np.arange(len(order)) - np.repeat(starts, lengths)
-    return order[position < cap]
+def _unfiltered(q: Query, text_scores: dict[str, float] | None) -> bool:
+    """Whether every live illustration with a vector is a candidate (bar exclusions and ``min_score``)."""
+    filters = (q.type, q.subject, q.figure, q.symbol, q.year_from, q.year_to, q.book_ids, q.in_ids, q.after)
+    return text_scores is None and not q.fold_duplicates and all(f is None for f in filters)
 
 
 def rank(
@@ -184,6 +179,10 @@ def rank(
     """Filter, score, fold duplicates (``q.fold_duplicates``), cap per book and cut one page. With neither
     ``vector`` nor ``text_scores`` the order is the catalog's and ``q.after`` continues it after that id; with only
     text, non-matching candidates are dropped. Raises ``ValueError`` for ``q.after`` on a ranked query."""
+    if vector is not None and matrix is not None and table.vec_row is not None and _unfiltered(q, text_scores):
+        rows, scores, total, duplicates = rank_unfiltered(table, q, matrix, vector, FIRST_CUT)
+        more = q.offset + len(rows) < total
+        return Ranked(rows, total, scores, list(scores), [None] * len(rows), duplicates, more)
     cand = np.flatnonzero(_mask(table, q))
     clip = text = None
     if vector is not None and matrix is not None and table.vec_row is not None:
@@ -244,7 +243,7 @@ def rank(
 def _listing(cand: np.ndarray, books: np.ndarray, q: Query, start: int) -> tuple[np.ndarray, bool]:
     """Positions into ``cand`` (rows in catalog order) of one unranked page from table row ``start`` on, and
     whether more follow. The per-book cap counts from each book's first row, so pages never overlap."""
-    kept = _within_cap(np.arange(len(cand)), books, q.max_per_book)
+    kept = within_cap(np.arange(len(cand)), books, q.max_per_book)
     if start:
         kept = kept[cand[kept] >= start]
     need = q.offset + q.limit
@@ -263,7 +262,7 @@ def _page(cand: np.ndarray, books: np.ndarray, score: np.ndarray, q: Query) -> n
         else:
             part = np.arange(n)
         order = part[np.lexsort((cand[part], -score[part]))]
-        kept = _within_cap(order, books[order], q.max_per_book)
+        kept = within_cap(order, books[order], q.max_per_book)
         if len(kept) >= need or len(part) == n:
             return kept[q.offset : need]
         m = min(n, m * 4)
