@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -75,6 +77,13 @@ class GalleryTable:
         if self._row is None:
             self._row = {iid: i for i, iid in enumerate(self.ids)}
         return self._row.get(illustration_id)
+
+    def rows_of(self, illustration_ids: Iterable[str], count: int = -1) -> np.ndarray:
+        """The table row of each id (int64), -1 for an id the table lacks; ``count``: how many ids, when known."""
+        if self._row is None:
+            self.row_of("")
+        assert self._row is not None
+        return np.fromiter(map(self._row.get, illustration_ids, repeat(-1)), np.int64, count)
 
     def first_after(self, cursor: str) -> int:
         """The first row after illustration ``cursor`` in table (catalog) order, even if that one is gone since.
@@ -156,10 +165,12 @@ def _mask(table: GalleryTable, q: Query) -> np.ndarray:
         mask &= np.isin(table.book, codes)
     if q.in_ids is not None:
         hit = np.zeros(len(table), bool)
-        hit[[r for r in map(table.row_of, q.in_ids) if r is not None]] = True
+        rows = table.rows_of(q.in_ids, len(q.in_ids))
+        hit[rows[rows >= 0]] = True
         mask &= hit
     if q.exclude_ids:
-        mask[[r for r in map(table.row_of, q.exclude_ids) if r is not None]] = False
+        rows = table.rows_of(q.exclude_ids, len(q.exclude_ids))
+        mask[rows[rows >= 0]] = False
     return mask
 
 
@@ -192,9 +203,9 @@ def rank(
         clip = (matrix @ vector)[vr] if len(vr) > len(matrix) // 4 else matrix[vr] @ vector
     if text_scores is not None:
         dense = np.zeros(len(table), np.float32)
-        hits = [(r, s) for r, s in ((table.row_of(i), s) for i, s in text_scores.items()) if r is not None]
-        if hits:
-            dense[[r for r, _ in hits]] = [s for _, s in hits]
+        rows = table.rows_of(text_scores, len(text_scores))
+        found = rows >= 0
+        dense[rows[found]] = np.fromiter(text_scores.values(), np.float64, len(text_scores))[found]
         text = dense[cand]
         if clip is None:
             keep = text > 0

@@ -107,8 +107,8 @@ def rank_unfiltered(
     p = prepared(table, len(matrix))
     score = matrix @ vector
     keep, counts, eligible = p.alive, p.book_counts, int(len(p.table_row) - len(p.dead))
-    excluded = [r for r in map(table.row_of, q.exclude_ids or ()) if r is not None]
-    gone = table.vec_row[excluded] if excluded else np.zeros(0, np.int64)
+    excluded = table.rows_of(q.exclude_ids or (), len(q.exclude_ids or ()))
+    gone = table.vec_row[excluded[excluded >= 0]]
     gone = gone[gone >= 0]
     gone = np.unique(gone[p.alive[gone]]) if len(gone) else gone
     if q.min_score is not None or len(gone):
