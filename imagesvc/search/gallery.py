@@ -19,7 +19,7 @@ import numpy as np
 
 from imagesvc.catalog import illustration_key
 from imagesvc.search.duplicates import fold_groups, near_duplicate_groups
-from imagesvc.search.ranking import Prepared, rank_unfiltered, within_cap
+from imagesvc.search.ranking import Prepared, listing_positions, page_positions, rank_unfiltered
 
 __all__ = ["TEXT_WEIGHT", "GalleryTable", "Query", "Ranked", "rank"]
 
@@ -230,9 +230,9 @@ def rank(
     books = table.book[cand]
     total = int(np.minimum(np.bincount(books), q.max_per_book).sum()) if len(cand) else 0
     if score is None:
-        page_pos, more = _listing(cand, books, q, table.first_after(q.after) if q.after is not None else 0)
+        page_pos, more = listing_positions(cand, books, q, table.first_after(q.after) if q.after is not None else 0)
     else:
-        page_pos = _page(cand, books, score[sel], q)
+        page_pos = page_positions(cand, books, score[sel], q, FIRST_CUT)
         more = q.offset + len(page_pos) < total
     pick = sel[page_pos]
 
@@ -249,31 +249,3 @@ def rank(
         duplicates=[[m for m in members.get(int(table.group[r]), []) if m != r] for r in rows],
         more=more,
     )
-
-
-def _listing(cand: np.ndarray, books: np.ndarray, q: Query, start: int) -> tuple[np.ndarray, bool]:
-    """Positions into ``cand`` (rows in catalog order) of one unranked page from table row ``start`` on, and
-    whether more follow. The per-book cap counts from each book's first row, so pages never overlap."""
-    kept = within_cap(np.arange(len(cand)), books, q.max_per_book)
-    if start:
-        kept = kept[cand[kept] >= start]
-    need = q.offset + q.limit
-    return kept[q.offset : need], len(kept) > need
-
-
-def _page(cand: np.ndarray, books: np.ndarray, score: np.ndarray, q: Query) -> np.ndarray:
-    """Positions into ``cand`` of the requested page, in rank order (score, then catalog order)."""
-    need, n = q.offset + q.limit, len(cand)
-    m = min(n, max(4 * need, FIRST_CUT))
-    while True:
-        if m < n:
-            # Everything scoring at least the m-th best: a superset that keeps exact ties together.
-            threshold = score[np.argpartition(-score, m - 1)[m - 1]]
-            part = np.flatnonzero(score >= threshold)
-        else:
-            part = np.arange(n)
-        order = part[np.lexsort((cand[part], -score[part]))]
-        kept = within_cap(order, books[order], q.max_per_book)
-        if len(kept) >= need or len(part) == n:
-            return kept[q.offset : need]
-        m = min(n, m * 4)

@@ -1,4 +1,5 @@
-"""The fast path of gallery ranking: a likeness query with no filter but exclusions and ``min_score``.
+"""Cutting a page from ranked gallery candidates (per-book caps, a partial sort that grows as caps use it up), and
+the fast path for a likeness query with no filter but exclusions and ``min_score``.
 
 Such a query ranks every live illustration that has a vector, so it needs nothing but the matrix product and a
 partial sort of its scores, in the matrix's own row order: no mask over the table, no gather of 200,000 scores into
@@ -19,7 +20,7 @@ import numpy as np
 if TYPE_CHECKING:
     from imagesvc.search.gallery import GalleryTable, Query
 
-__all__ = ["Prepared", "prepared", "rank_unfiltered", "within_cap"]
+__all__ = ["Prepared", "listing_positions", "page_positions", "prepared", "rank_unfiltered", "within_cap"]
 
 _LOCK = threading.Lock()
 
@@ -149,3 +150,31 @@ def _members(table: GalleryTable, p: Prepared, score: np.ndarray, keep: np.ndarr
     vec = table.vec_row[rows]
     rows, vec = rows[keep[vec]], vec[keep[vec]]
     return [int(r) for r in rows[np.lexsort((rows, -score[vec]))] if r != row]
+
+
+def listing_positions(cand: np.ndarray, books: np.ndarray, q: Query, start: int) -> tuple[np.ndarray, bool]:
+    """Positions into ``cand`` (rows in catalog order) of one unranked page from table row ``start`` on, and
+    whether more follow. The per-book cap counts from each book's first row, so pages never overlap."""
+    kept = within_cap(np.arange(len(cand)), books, q.max_per_book)
+    if start:
+        kept = kept[cand[kept] >= start]
+    need = q.offset + q.limit
+    return kept[q.offset : need], len(kept) > need
+
+
+def page_positions(cand: np.ndarray, books: np.ndarray, score: np.ndarray, q: Query, first_cut: int) -> np.ndarray:
+    """Positions into ``cand`` of the requested page, in rank order (score, then catalog order)."""
+    need, n = q.offset + q.limit, len(cand)
+    m = min(n, max(4 * need, first_cut))
+    while True:
+        if m < n:
+            # Everything scoring at least the m-th best: a superset that keeps exact ties together.
+            threshold = score[np.argpartition(-score, m - 1)[m - 1]]
+            part = np.flatnonzero(score >= threshold)
+        else:
+            part = np.arange(n)
+        order = part[np.lexsort((cand[part], -score[part]))]
+        kept = within_cap(order, books[order], q.max_per_book)
+        if len(kept) >= need or len(part) == n:
+            return kept[q.offset : need]
+        m = min(n, m * 4)
