@@ -95,3 +95,34 @@ def test_each_filter_narrows_ranked_and_unranked_results(query: Query, rows: lis
     ranked = rank(t, query, m, np.array([0, 0, 1], np.float32))
     assert sorted(ranked.rows) == rows and ranked.total == len(rows)
     assert ranked.rows == sorted(rows, key=lambda r: (r % 3 != 2, r))  # axis 2 first, then catalog order
+
+
+def fuse_by_hand(ids: list[str], dense: np.ndarray, fts: dict[str, float]) -> tuple[dict, dict]:
+    """``fuse`` written as its docstring reads, one id at a time."""
+    cos: dict[str, float] = {}
+    for n, iid in enumerate(ids):
+        if dense[n] >= DENSE_FLOOR:
+            cos[iid] = float(dense[n])
+    for iid in fts:
+        if iid in ids and iid not in cos:
+            cos[iid] = float(dense[ids.index(iid)])
+    fused = {iid: c + W_FTS * fts.get(iid, 0.0) for iid, c in cos.items()}
+    for iid, s in fts.items():
+        fused.setdefault(iid, W_FTS * s)
+    return fused, cos
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fuse_matches_a_plain_loop_to_the_last_bit(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    ids = [f"x-{k}:0" for k in range(3000)]
+    dense = rng.uniform(-0.1, 0.6, len(ids)).astype(np.float32)
+    dense[rng.choice(len(ids), 100)] = DENSE_FLOOR  # exactly at the floor: kept
+    picked = rng.choice(len(ids), 400, replace=False)
+    fts = {ids[n]: float(rng.choice([1.0, 0.5, rng.random()])) for n in picked} | {"new-1:0": 0.75}
+    for _ in range(2):  # the second call reuses the id positions of the first
+        fused, cos = fuse(ids, dense, fts)
+        want = fuse_by_hand(ids, dense, fts)
+        assert list(fused.items()) == list(want[0].items()) and list(cos.items()) == list(want[1].items())
+    other = ids[::-1]  # another index's ids: positions are not reused
+    assert list(fuse(other, dense, fts)[1].items()) == list(fuse_by_hand(other, dense, fts)[1].items())
