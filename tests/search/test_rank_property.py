@@ -247,3 +247,19 @@ def test_ties_across_the_first_cut_keep_catalog_order(world: World, f: int) -> N
     assert np.count_nonzero(scores == scores.max()) > 4 * gallery.FIRST_CUT
     for shape in SHAPES:
         check(world, replace(FILTERS[f], **shape), vector, None)
+
+
+def test_edges_match_a_full_sort(world: World) -> None:
+    """Nothing left to rank, a page past the end, a threshold no score reaches, and a matrix no row of which is live."""
+    everything = frozenset(world.table.ids)
+    for q in [
+        Query(exclude_ids=everything),
+        Query(min_score=1e9),
+        Query(min_score=float("nan")),
+        Query(offset=5_000, limit=50),
+        Query(max_per_book=1, limit=50, offset=30),
+    ]:
+        for vector in world.vectors:
+            check(world, q, vector, None)
+    t = replace(world.table, live=np.zeros(len(world.table), bool), _prepared=None)
+    assert rank(t, Query(), world.matrix, world.vectors[0]).total == 0
