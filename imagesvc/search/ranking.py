@@ -29,7 +29,7 @@ _LOCK = threading.Lock()
 class Prepared:
     """Per-table arrays indexed by matrix row (the table's ``vec_row`` maps table rows to these)."""
 
-    vec_row: np.ndarray  # the table's vec_row these were built from
+    sources: tuple[np.ndarray, ...]  # the table's vec_row, live, book and group these were built from
     matrix_rows: int
     table_row: np.ndarray  # int64: the table row of each matrix row, -1 when none
     alive: np.ndarray  # bool: the matrix row belongs to a live illustration (a candidate of an unfiltered query)
@@ -53,7 +53,7 @@ class Prepared:
         groups = int(table.group.max()) + 1 if len(table) else 0
         sizes = np.bincount(table.group[grouped], minlength=groups)
         return cls(
-            vec_row=table.vec_row,
+            sources=_sources(table),
             matrix_rows=matrix_rows,
             table_row=table_row,
             alive=alive,
@@ -70,14 +70,20 @@ def prepared(table: GalleryTable, matrix_rows: int) -> Prepared:
 
     The table's columns are made read-only then: a table is not edited once it ranks (build a new one)."""
     hit = table._prepared
-    if hit is not None and hit.vec_row is table.vec_row and hit.matrix_rows == matrix_rows:
+    same = hit is not None and all(a is b for a, b in zip(hit.sources, _sources(table), strict=True))
+    if hit is not None and same and hit.matrix_rows == matrix_rows:
         return hit
     with _LOCK:
         hit = Prepared.build(table, matrix_rows)
-        for column in (table.live, table.book, table.group, table.vec_row):
+        for column in hit.sources:
             column.flags.writeable = False
         table._prepared = hit
     return hit
+
+
+def _sources(table: GalleryTable) -> tuple[np.ndarray, ...]:
+    assert table.vec_row is not None
+    return (table.vec_row, table.live, table.book, table.group)
 
 
 def within_cap(order: np.ndarray, books: np.ndarray, cap: int) -> np.ndarray:

@@ -263,3 +263,13 @@ def test_edges_match_a_full_sort(world: World) -> None:
             check(world, q, vector, None)
     t = replace(world.table, live=np.zeros(len(world.table), bool), _prepared=None)
     assert rank(t, Query(), world.matrix, world.vectors[0]).total == 0
+
+
+def test_a_table_copied_with_other_columns_is_not_ranked_with_the_old_ones(world: World) -> None:
+    rank(world.table, Query(), world.matrix, world.vectors[0])  # the world's arrays are built
+    for column in ("live", "book", "group"):
+        with pytest.raises(ValueError, match="read-only"):  # a ranked table's columns cannot change under it
+            getattr(world.table, column)[0] = 0
+    t = replace(world.table, book=np.zeros(len(world.table), np.int32))  # one book now
+    assert rank(t, Query(max_per_book=2), world.matrix, world.vectors[0]).total == 2
+    check(World(t, world.matrix, world.vectors, world.text), Query(max_per_book=5), world.vectors[1], None)
