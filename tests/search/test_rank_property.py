@@ -259,7 +259,7 @@ def test_edges_match_a_full_sort(world: World) -> None:
         Query(offset=5_000, limit=50),
         Query(max_per_book=1, limit=50, offset=30),
     ]:
-        for vector in world.vectors:
+        for vector in (world.vectors[0], world.vectors[3]):
             check(world, q, vector, None)
     t = replace(world.table, live=np.zeros(len(world.table), bool), _prepared=None)
     assert rank(t, Query(), world.matrix, world.vectors[0]).total == 0
