@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -58,14 +59,29 @@ def fuse(ids: list[str], dense: np.ndarray | None, fts: dict[str, float]) -> tup
     if dense is None:
         return dict(fts), {}
     keep = np.flatnonzero(dense >= DENSE_FLOOR)
-    cos = {ids[i]: float(dense[i]) for i in keep}
+    cos = dict(zip(map(ids.__getitem__, keep.tolist()), dense[keep].tolist(), strict=True))
     if fts:
-        where = {iid: n for n, iid in enumerate(ids)}
+        where = _positions(ids)
         for iid in fts:
             n = where.get(iid)
             if n is not None:
                 cos.setdefault(iid, float(dense[n]))
-    fused = {iid: c + W_FTS * fts.get(iid, 0.0) for iid, c in cos.items()}
+    keyword = np.fromiter(map(fts.get, cos, repeat(0.0)), np.float64, len(cos))
+    values = np.fromiter(cos.values(), np.float64, len(cos)) + W_FTS * keyword
+    fused = dict(zip(cos, values.tolist(), strict=True))
     for iid, s in fts.items():  # a keyword match the text model has no row for yet (embedded on the next sync)
         fused.setdefault(iid, W_FTS * s)
     return fused, cos
+
+
+_last: tuple[list[str], dict[str, int]] | None = None
+
+
+def _positions(ids: list[str]) -> dict[str, int]:
+    """``{id: row}`` of ``ids``; the last one is kept (it holds its list, so identity is a safe key), since queries
+    fuse against the same dense index's ids until it is rebuilt."""
+    global _last
+    hit = _last
+    if hit is None or hit[0] is not ids or len(hit[1]) != len(ids):
+        hit = _last = (ids, {iid: n for n, iid in enumerate(ids)})
+    return hit[1]

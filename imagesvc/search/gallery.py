@@ -10,18 +10,22 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from imagesvc.catalog import illustration_key
 from imagesvc.search.duplicates import fold_groups, near_duplicate_groups
+from imagesvc.search.ranking import Prepared, listing_positions, page_positions, rank_unfiltered
 
 __all__ = ["TEXT_WEIGHT", "GalleryTable", "Query", "Ranked", "rank"]
 
 TEXT_WEIGHT = 0.1  # a full-strength text match adds this much to a cosine similarity (see docs/search.md)
 NO_YEAR = -(2**31)
+FIRST_CUT = 512  # candidates a ranked page first sorts; more when per-book caps or folding use them up
 _TERM_FIELDS = ("subjects", "figures", "symbols")
 
 
@@ -64,6 +68,7 @@ class GalleryTable:
     vec_row: np.ndarray | None = None
     _row: dict[str, int] | None = None
     _keys: list[tuple[str, int, int]] | None = None
+    _prepared: Prepared | None = None  # arrays for unfiltered likeness queries (search/ranking.py), built on first use
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -72,6 +77,13 @@ class GalleryTable:
         if self._row is None:
             self._row = {iid: i for i, iid in enumerate(self.ids)}
         return self._row.get(illustration_id)
+
+    def rows_of(self, illustration_ids: Iterable[str], count: int = -1) -> np.ndarray:
+        """The table row of each id (int64), -1 for an id the table lacks; ``count``: how many ids, when known."""
+        if self._row is None:
+            self.row_of("")
+        assert self._row is not None
+        return np.fromiter(map(self._row.get, illustration_ids, repeat(-1)), np.int64, count)
 
     def first_after(self, cursor: str) -> int:
         """The first row after illustration ``cursor`` in table (catalog) order, even if that one is gone since.
@@ -153,24 +165,19 @@ def _mask(table: GalleryTable, q: Query) -> np.ndarray:
         mask &= np.isin(table.book, codes)
     if q.in_ids is not None:
         hit = np.zeros(len(table), bool)
-        hit[[r for r in map(table.row_of, q.in_ids) if r is not None]] = True
+        rows = table.rows_of(q.in_ids, len(q.in_ids))
+        hit[rows[rows >= 0]] = True
         mask &= hit
     if q.exclude_ids:
-        mask[[r for r in map(table.row_of, q.exclude_ids) if r is not None]] = False
+        rows = table.rows_of(q.exclude_ids, len(q.exclude_ids))
+        mask[rows[rows >= 0]] = False
     return mask
 
 
-def _within_cap(order: np.ndarray, books: np.ndarray, cap: int) -> np.ndarray:
-    """The entries of ``order`` (ranked rows) that are among the first ``cap`` of their book."""
-    if len(order) == 0:
-        return order
-    by_book = np.argsort(books, kind="stable")
-    sorted_books = books[by_book]
-    starts = np.flatnonzero(np.r_[True, sorted_books[1:] != sorted_books[:-1]])
-    lengths = np.diff(np.r_[starts, len(sorted_books)])
-    position = np.empty(len(order), np.int64)
-    position[by_book] = np.arange(len(order)) - np.repeat(starts, lengths)
-    return order[position < cap]
+def _unfiltered(q: Query, text_scores: dict[str, float] | None) -> bool:
+    """Whether every live illustration with a vector is a candidate (bar exclusions and ``min_score``)."""
+    filters = (q.type, q.subject, q.figure, q.symbol, q.year_from, q.year_to, q.book_ids, q.in_ids, q.after)
+    return text_scores is None and not q.fold_duplicates and all(f is None for f in filters)
 
 
 def rank(
@@ -183,6 +190,10 @@ def rank(
     """Filter, score, fold duplicates (``q.fold_duplicates``), cap per book and cut one page. With neither
     ``vector`` nor ``text_scores`` the order is the catalog's and ``q.after`` continues it after that id; with only
     text, non-matching candidates are dropped. Raises ``ValueError`` for ``q.after`` on a ranked query."""
+    if vector is not None and matrix is not None and table.vec_row is not None and _unfiltered(q, text_scores):
+        rows, scores, total, duplicates = rank_unfiltered(table, q, matrix, vector, FIRST_CUT)
+        more = q.offset + len(rows) < total
+        return Ranked(rows, total, scores, list(scores), [None] * len(rows), duplicates, more)
     cand = np.flatnonzero(_mask(table, q))
     clip = text = None
     if vector is not None and matrix is not None and table.vec_row is not None:
@@ -192,9 +203,9 @@ def rank(
         clip = (matrix @ vector)[vr] if len(vr) > len(matrix) // 4 else matrix[vr] @ vector
     if text_scores is not None:
         dense = np.zeros(len(table), np.float32)
-        hits = [(r, s) for r, s in ((table.row_of(i), s) for i, s in text_scores.items()) if r is not None]
-        if hits:
-            dense[[r for r, _ in hits]] = [s for _, s in hits]
+        rows = table.rows_of(text_scores, len(text_scores))
+        found = rows >= 0
+        dense[rows[found]] = np.fromiter(text_scores.values(), np.float64, len(text_scores))[found]
         text = dense[cand]
         if clip is None:
             keep = text > 0
@@ -219,9 +230,9 @@ def rank(
     books = table.book[cand]
     total = int(np.minimum(np.bincount(books), q.max_per_book).sum()) if len(cand) else 0
     if score is None:
-        page_pos, more = _listing(cand, books, q, table.first_after(q.after) if q.after is not None else 0)
+        page_pos, more = listing_positions(cand, books, q, table.first_after(q.after) if q.after is not None else 0)
     else:
-        page_pos = _page(cand, books, score[sel], q)
+        page_pos = page_positions(cand, books, score[sel], q, FIRST_CUT)
         more = q.offset + len(page_pos) < total
     pick = sel[page_pos]
 
@@ -238,31 +249,3 @@ def rank(
         duplicates=[[m for m in members.get(int(table.group[r]), []) if m != r] for r in rows],
         more=more,
     )
-
-
-def _listing(cand: np.ndarray, books: np.ndarray, q: Query, start: int) -> tuple[np.ndarray, bool]:
-    """Positions into ``cand`` (rows in catalog order) of one unranked page from table row ``start`` on, and
-    whether more follow. The per-book cap counts from each book's first row, so pages never overlap."""
-    kept = _within_cap(np.arange(len(cand)), books, q.max_per_book)
-    if start:
-        kept = kept[cand[kept] >= start]
-    need = q.offset + q.limit
-    return kept[q.offset : need], len(kept) > need
-
-
-def _page(cand: np.ndarray, books: np.ndarray, score: np.ndarray, q: Query) -> np.ndarray:
-    """Positions into ``cand`` of the requested page, in rank order (score, then catalog order)."""
-    need, n = q.offset + q.limit, len(cand)
-    m = min(n, max(4 * need, 512))
-    while True:
-        if m < n:
-            # Everything scoring at least the m-th best: a superset that keeps exact ties together.
-            threshold = score[np.argpartition(-score, m - 1)[m - 1]]
-            part = np.flatnonzero(score >= threshold)
-        else:
-            part = np.arange(n)
-        order = part[np.lexsort((cand[part], -score[part]))]
-        kept = _within_cap(order, books[order], q.max_per_book)
-        if len(kept) >= need or len(part) == n:
-            return kept[q.offset : need]
-        m = min(n, m * 4)
