@@ -19,7 +19,7 @@ import numpy as np
 
 from imagesvc.catalog import illustration_key
 from imagesvc.search.duplicates import fold_groups, near_duplicate_groups
-from imagesvc.search.ranking import Prepared, listing_positions, page_positions, rank_unfiltered
+from imagesvc.search.page_cuts import Prepared, listing_positions, page_positions, rank_unfiltered
 
 __all__ = ["TEXT_WEIGHT", "GalleryTable", "Query", "Ranked", "rank"]
 
@@ -68,7 +68,7 @@ class GalleryTable:
     vec_row: np.ndarray | None = None
     _row: dict[str, int] | None = None
     _keys: list[tuple[str, int, int]] | None = None
-    _prepared: Prepared | None = None  # arrays for unfiltered likeness queries (search/ranking.py), built on first use
+    _prepared: Prepared | None = None  # arrays for unfiltered likeness queries (page_cuts.py), built on first use
 
     def __len__(self) -> int:
         return len(self.ids)
