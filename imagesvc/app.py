@@ -103,6 +103,7 @@ def build_app(settings: Any, *, resolver: Resolver | None = None) -> web.Applica
         try:
             yield
         finally:
+            await app[IIIF].cache.close()
             pool.shutdown(wait=False, cancel_futures=True)
 
     app.cleanup_ctx.append(iiif_ctx)
