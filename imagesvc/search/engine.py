@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,23 +18,20 @@ from typing import Any
 import numpy as np
 
 from imagesvc.catalog.reader import reader
-from imagesvc.errors import ImagesvcError, NotFound, Unavailable
+from imagesvc.errors import NotFound, Unavailable
 from imagesvc.search.clip import ClipSpec, Encoder, clip_spec
 from imagesvc.search.dense import (
-    MODEL_KEY,
-    Passages,
     TextModel,
     illustration_text,
     shared_model,
-    sync_text_index,
     text_rows,
 )
+from imagesvc.search.dense_signal import DenseText, QueryCache
 from imagesvc.search.fusion import fuse
 from imagesvc.search.gallery import GalleryTable, Query, Ranked, rank
 from imagesvc.search.snapshot import BUILD_ERRORS, SearchSnapshot, Stamps, build_snapshot, index_stamp
 from imagesvc.search.spelling import Vocabulary
 from imagesvc.search.text import matching_ids, text_search
-from imagesvc.search.vectors import VectorIndex
 
 __all__ = ["Scored", "SearchEngine", "engine_for"]
 
@@ -86,13 +81,8 @@ class SearchEngine:
         self._job: asyncio.Future[SearchSnapshot] | None = None
         self._generation = 0
         self._failed: tuple[Stamps, str] | None = None  # the stamps a rebuild failed at, and why
-        self._dense: tuple[VectorIndex, Passages] | None = None
-        self._dense_stamp: Any = None
-        self._dense_job: asyncio.Future[Any] | None = None
-        self._dense_error: str | None = None
-        # The query-vector cache, shared by worker threads (the loop never takes this lock).
-        self._cache_lock = threading.Lock()
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.cache = QueryCache(settings.query_cache_size)  # query vectors, shared by worker threads
+        self.dense = DenseText(settings, catalog, self._data_dir, self.text_model, self.cache)
 
     # -- the snapshot ----------------------------------------------------------------------------------------------
 
@@ -156,21 +146,15 @@ class SearchEngine:
         return self.encoder is not None and pointer is not None and pointer.get("model") == self.spec.key
 
     def text_model_state(self) -> str:
-        """One plain sentence on the dense text signal, for /health and search responses."""
-        if self.text_model is None:
-            return "off (IMAGESVC_TEXT_MODEL=off): no dense text ranking"
-        if self._dense_error:
-            return f"unavailable: {self._dense_error}"
-        if self._dense is not None:
-            return f"on: {MODEL_KEY}, {len(self._dense[1].ids)} illustrations embedded"
-        if self._dense_job is not None:
-            return f"loading: {MODEL_KEY} and the text index (keyword ranking until ready)"
-        return f"on: {MODEL_KEY}, loads on the first text query"
+        return self.dense.describe()
+
+    async def dense_ready(self) -> bool:
+        return await self.dense.ready()
 
     def signals(self, snap: SearchSnapshot | None = None) -> list[str]:
         """The signals a text query is ranked by right now (on ``snap``)."""
         out = ["clip"] if self.clip_on(snap) else []
-        if self.text_model is not None and self._dense is not None and not self._dense_error:
+        if self.dense.on:
             out.append("dense-text")
         return [*out, "full-text"]
 
@@ -183,7 +167,6 @@ class SearchEngine:
             "text_model": self.text_model_state(),
             "mode": "+".join(signals),
             "signals": signals,
-            "snapshot": snap.generation if snap is not None else None,
         }
         meta = snap.index.meta if snap is not None and snap.index is not None else None
         if snap is None:
@@ -205,19 +188,9 @@ class SearchEngine:
     # -- queries ---------------------------------------------------------------------------------------------------
 
     def _text_vector(self, text: str) -> np.ndarray:
-        key = " ".join(text.casefold().split())
-        with self._cache_lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                return hit
-        assert self.encoder is not None
-        vector = self.encoder.encode_text([text])[0]
-        with self._cache_lock:
-            self._cache[key] = vector
-            while len(self._cache) > self.settings.query_cache_size:
-                self._cache.popitem(last=False)
-        return vector
+        encoder = self.encoder
+        assert encoder is not None
+        return self.cache.vector(" ".join(text.casefold().split()), lambda: encoder.encode_text([text])[0])
 
     def _run(self, snap: SearchSnapshot, q: Query, text_scores: dict[str, float] | None) -> Ranked:
         table, vector = snap.table, None
@@ -238,54 +211,6 @@ class SearchEngine:
         elif q.text and snap.clip:
             vector = self._text_vector(q.text)
         return rank(table, q, snap.matrix if vector is not None else None, vector, text_scores)
-
-    # -- dense text ----------------------------------------------------------------------------------------------
-
-    async def dense_ready(self) -> bool:
-        """Bring the dense text index up to date (model load and new embeddings in a thread) and say whether dense
-        ranking can be used. Waits at most ``search_wait`` seconds; the work goes on after that."""
-        if self.text_model is None or self._dense_error:
-            return False
-        stamp = self.catalog.query_one("PRAGMA data_version")
-        if self._dense is not None and self._dense_stamp == stamp:
-            return True
-        if self._dense_job is None or self._dense_job.done():
-            self._dense_job = asyncio.ensure_future(self._sync_dense(stamp))
-        try:
-            await asyncio.wait_for(asyncio.shield(self._dense_job), self.settings.search_wait)
-        except TimeoutError:
-            return self._dense is not None
-        except ImagesvcError as exc:
-            self._dense_error = exc.message
-            log.error("dense text search is off: %s", exc.message)
-            return False
-        return self._dense is not None
-
-    async def _sync_dense(self, stamp: Any) -> None:
-        self._dense, self._dense_stamp = await asyncio.to_thread(self._load_dense), stamp
-
-    def _load_dense(self) -> tuple[VectorIndex, Passages]:
-        assert self.text_model is not None
-        with reader(self.catalog) as source:
-            rows = text_rows(source)
-        self.text_model.load()
-        index, _ = sync_text_index(self._data_dir, rows, self.text_model)
-        return index, Passages.of(index)
-
-    def _dense_scores(self, text: str) -> tuple[list[str], np.ndarray] | None:
-        dense = self._dense  # one reference: the index and its passages always belong together
-        if dense is None or self.text_model is None or not len(dense[0].ids):
-            return None
-        key = "dense:" + " ".join(text.casefold().split())
-        with self._cache_lock:
-            vector = self._cache.get(key)
-        if vector is None:
-            vector = self.text_model.encode([text])[0]
-            with self._cache_lock:
-                self._cache[key] = vector
-                while len(self._cache) > self.settings.query_cache_size:
-                    self._cache.popitem(last=False)
-        return dense[1].ids, dense[1].best(dense[0].embeddings @ vector)
 
     def excluded(self, terms: tuple[str, ...]) -> frozenset[str]:
         """Ids of illustrations whose text matches any of ``terms`` as keywords (negative query terms)."""
@@ -315,7 +240,7 @@ class SearchEngine:
         fts = text_search(self.catalog, q.text)  # type: ignore[arg-type]
 
         def work() -> tuple[Ranked, dict[str, float], dict[str, float]]:
-            found = self._dense_scores(q.text) if use_dense else None  # type: ignore[arg-type]
+            found = self.dense.scores(q.text) if use_dense else None  # type: ignore[arg-type]
             fused, dense = fuse(found[0], found[1], fts) if found else fuse([], None, fts)
             return self._run(snap, q, fused), dense, fused
 

@@ -147,7 +147,6 @@ async def search_images(
         extra.append({"similarity": s, "scores": scores, "duplicates": [table.ids[d] for d in dups]})
     items = gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
     status = engine.status()
-    status["snapshot"] = found.generation
     status["signals"] = found.signals
     status["mode"] = "+".join(found.signals)
     if parsed.negative:

@@ -133,3 +133,32 @@ async def test_no_snapshot_to_keep_is_unavailable_not_an_error(engine: SearchEng
     npz.write_bytes(b"PK\x03\x04 truncated")
     with pytest.raises(Unavailable, match="Gallery search cannot start"):
         await engine.snapshot()
+
+
+async def test_the_app_keeps_answering_from_the_old_snapshot_when_the_index_is_corrupt(
+    aiohttp_client: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from imagesvc.app import build_app
+
+    data = tmp_path / "data"
+    data.mkdir()
+    settings = settings_for(data, **TINY)
+    big_library(data, settings, rows=400, books=4)
+    client = await aiohttp_client(build_app(settings))
+    first = await (await client.get("/api/vectors/gallery", params={"limit": "1"})).json()
+    assert first["total"] == 400
+    npz = data / "vectors" / load_index(data).meta["file"]  # type: ignore[union-attr]
+    npz.write_bytes(npz.read_bytes()[:100])  # truncated by a full disk, say
+    (data / "vectors" / "current.json").touch()
+    writer = sqlite3.connect(data / "catalog.sqlite3")
+    with writer:
+        writer.execute("UPDATE illustrations SET removed = 1 WHERE id = (SELECT min(id) FROM illustrations)")
+    writer.close()
+    with caplog.at_level(logging.ERROR, logger="imagesvc.search"):
+        listing = await client.get("/api/vectors/gallery", params={"limit": "1"})
+        gallery = await client.get("/api/gallery", params={"limit": "1"})
+    assert listing.status == 200 and (await listing.json())["total"] == 400  # the whole old snapshot, not half a new
+    assert gallery.status == 200
+    assert any("rebuild failed, still serving generation" in r.getMessage() for r in caplog.records)
+    health = await (await client.get("/health")).json()
+    assert "BadZipFile" in health["search"]["rebuild_error"]
