@@ -17,7 +17,7 @@ from imagesvc.settings import Settings
 from imagesvc.storage import make_store
 from imagesvc.storage.hot import HotObjects
 from imagesvc.web.access import access_middleware
-from imagesvc.web.keys import ACCESS, IDENTIFIER, IIIF, METRICS, SEARCH, SERVICES
+from imagesvc.web.keys import ACCESS, IDENTIFIER, IIIF, METRICS, SERVICES
 from imagesvc.web.metrics import observe_middleware, rejections_middleware
 from imagesvc.web.middleware import MAX_BODY_BYTES, cors_middleware, error_middleware, on_prepare
 from imagesvc.web.protocol import Application
@@ -56,8 +56,10 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
         catalog = Catalog(settings.data_dir / "catalog.sqlite3")
         store = HotObjects(MeteredStore(make_store(settings), app[METRICS].store_errors), settings.hot_cache_bytes)
         app[METRICS].watch_hot_objects(store)
-        app[SERVICES] = Services(settings, catalog, store, colophon_secret(settings))
-        app[IDENTIFIER] = Identifier(settings, catalog, CrawlerVerifier(settings.crawler_domains, resolver))
+        app[SERVICES] = services = Services(settings, catalog, store, colophon_secret(settings))
+        # Keys are looked up in the catalog the request pinned (a snapshot, when the node follows them).
+        verifier = CrawlerVerifier(settings.crawler_domains, resolver)
+        app[IDENTIFIER] = Identifier(settings, lambda: services.catalog, verifier)
         try:
             yield
         finally:
@@ -72,10 +74,10 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
             await access.close()
 
     async def search_ctx(app: web.Application) -> AsyncIterator[None]:
-        # Cheap: the model and the vector matrix load on the first query that needs them.
+        # Cheap: the model and the search snapshot load on the first query that needs them (in worker threads).
         from imagesvc.search.engine import engine_for
 
-        app[SEARCH] = engine = engine_for(app[SERVICES])
+        engine = engine_for(app[SERVICES])
         logging.getLogger("imagesvc.search").info("gallery search: CLIP %s", engine.spec.describe())
         yield
 
@@ -84,7 +86,7 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
     if settings.snapshot_prefix:
         # Follow published catalog snapshots (docs/operations.md); the middleware goes first so that everything a
         # request reads, the caller's key included, comes from one snapshot.
-        from imagesvc.catalog.follow import snapshot_ctx, snapshot_middleware
+        from imagesvc.web.follow import snapshot_ctx, snapshot_middleware
 
         app.middlewares.insert(0, snapshot_middleware)
         app.cleanup_ctx.append(snapshot_ctx)
@@ -103,6 +105,7 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
         try:
             yield
         finally:
+            await app[IIIF].cache.close()
             pool.shutdown(wait=False, cancel_futures=True)
 
     app.cleanup_ctx.append(iiif_ctx)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +36,44 @@ def colophon_secret(settings: Settings) -> bytes:
     return path.read_text().strip().encode()
 
 
-@dataclass
 class Services:
-    """Settings, catalog and object store, plus the URL rules that depend on them."""
+    """Settings, catalog and object store, plus the URL rules that depend on them.
 
-    settings: Settings
-    catalog: Catalog
-    store: ObjectStore
-    colophon_secret: bytes = b""
-    search: Any = None  # the gallery SearchEngine, made on first use by imagesvc.search.engine.engine_for
+    ``catalog`` and ``search`` (the gallery ``SearchEngine``, made on first use by ``engine_for``) are the node's own,
+    or, once ``follow`` is given a source (a node serving catalog snapshots), the ones that source names: the
+    generation the current request pinned."""
+
+    def __init__(
+        self, settings: Settings, catalog: Catalog, store: ObjectStore, colophon_secret: bytes = b"", search: Any = None
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.colophon_secret = colophon_secret
+        self._catalog = catalog
+        self._search = search
+        self._source: Callable[[], tuple[Catalog, Any]] | None = None
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._catalog if self._source is None else self._source()[0]
+
+    @property
+    def search(self) -> Any:
+        return self._search if self._source is None else self._source()[1]
+
+    @search.setter
+    def search(self, engine: Any) -> None:
+        """The node's own engine (``engine_for`` makes it on first use)."""
+        self._search = engine
+
+    @property
+    def own(self) -> tuple[Catalog, Any]:
+        """The node's own catalog and engine, whatever is followed."""
+        return self._catalog, self._search
+
+    def follow(self, source: Callable[[], tuple[Catalog, Any]] | None) -> None:
+        """Read ``catalog`` and ``search`` from ``source()`` from now on (None: the node's own again)."""
+        self._source = source
 
     def image_url(self, public_key: str) -> str:
         """Public URL of an object under ``pub/`` on the image host."""

@@ -6,8 +6,8 @@ when there is one), ``P/<version>/manifest.json`` (every file's sha256 and size)
 manifest's sha256), written last: a reader that finds ``LATEST`` finds every file it names. Versions sort by time.
 
 A node pulls a version into ``DATA_DIR/snapshots/<version>/`` through a temp folder, verifies every hash, opens it and
-warms its search state off the event loop, then switches in one step (``imagesvc.catalog.live``). Each serving process
-needs its own data dir: a node removes snapshot folders it no longer uses.
+warms its search state off the event loop, then switches in one step (``imagesvc.web.generations``). Each serving
+process needs its own data dir: a node removes snapshot folders it no longer uses.
 """
 
 from __future__ import annotations

@@ -14,11 +14,12 @@ from aiohttp.test_utils import TestClient
 
 from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.follow import SNAPSHOTS
 from imagesvc.catalog.keys import create_key
-from imagesvc.catalog.live import Generation, LiveCatalog, LiveState
+from imagesvc.services import Services
 from imagesvc.snapshots import SnapshotCorrupt, publish_snapshot, read_latest
 from imagesvc.storage.local import LocalStore
+from imagesvc.web.follow import SNAPSHOTS
+from imagesvc.web.generations import Generation, Generations
 from tests.library import copy_library, run_ingest, settings_for
 
 PREFIX = "snapshots"
@@ -146,13 +147,14 @@ def test_a_request_keeps_its_snapshot_and_the_old_one_closes_after_it(tmp_path: 
     catalogs = {name: Catalog(tmp_path / f"{name}.sqlite3") for name in ("old", "new")}
     old = Generation("old", catalogs["old"], None, on_close=lambda g: closed.append(g.version))
     new = Generation("new", catalogs["new"], None, on_close=lambda g: closed.append(g.version))
-    state = LiveState(old)
-    live = LiveCatalog(state)
+    state = Generations(old)
+    services = Services(None, catalogs["old"], None)  # type: ignore[arg-type]
+    services.follow(state.active_pair)
     with state.pinned():
         state.swap(new)
-        assert live.path == catalogs["old"].path  # the request that started on "old" reads "old" to its end
+        assert services.catalog is catalogs["old"]  # the request that started on "old" reads "old" to its end
         assert closed == []
     assert closed == ["old"]
-    assert live.path == catalogs["new"].path
+    assert services.catalog is catalogs["new"]
     for catalog in catalogs.values():
         catalog.close()

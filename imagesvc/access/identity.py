@@ -12,7 +12,7 @@ import functools
 import ipaddress
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -202,10 +202,14 @@ def bearer(headers: Mapping[str, str]) -> str | None:
 class Identifier:
     """Turns request headers and the socket peer into a ``Caller``: key > session > crawler/assistant > address."""
 
-    def __init__(self, settings: Settings, catalog: Catalog, verifier: CrawlerVerifier) -> None:
+    def __init__(self, settings: Settings, catalog: Catalog | Callable[[], Catalog], verifier: CrawlerVerifier) -> None:
         self.settings = settings
-        self.catalog = catalog
+        self._catalog = catalog  # or a function naming the catalog of the moment (a node following snapshots)
         self.verifier = verifier
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._catalog() if callable(self._catalog) else self._catalog
 
     async def identify(self, headers: Mapping[str, str], peer: str | None, cookies: Mapping[str, str]) -> Caller:
         s = self.settings

@@ -104,7 +104,8 @@ def load_index(data_dir: Path, name: str = "vectors") -> VectorIndex | None:
     pointer = _read_current(folder)
     if pointer is None:
         return None
-    with np.load(folder / pointer["file"], allow_pickle=False) as data:
+    # Our own file object: np.load leaves the file it opened itself open when the archive turns out corrupt.
+    with open(folder / pointer["file"], "rb") as f, np.load(f, allow_pickle=False) as data:
         embeddings = data["embeddings"].astype(np.float32, copy=False)
         ids = data["ids"].tolist()
         hashes = data["hashes"].tolist()

@@ -104,22 +104,22 @@ async def search_by_picture(services: Services, data: bytes, book_id: str | None
     picture = await asyncio.to_thread(decode_upload, services, data)
     book = require_book(services, book_id)["id"] if book_id is not None else None
     engine = engine_for(services)
-    table = engine.table()
+    snap = await engine.snapshot()
+    table = snap.table
     live = {iid for iid, ok, b in zip(table.ids, table.live, table.book, strict=True) if ok}
     if book is not None:
         live = {iid for iid in live if table.book_ids[table.book[table.row_of(iid)]] == book}  # type: ignore[index]
     matches = (await matcher_for(services).same_block(picture, live))[:limit]
     extra = [{"match": m.correlation, "distance": m.distance} for m in matches]
     same = gallery_items(services, [m.id for m in matches], extra)
-    index = engine.index()
     similar = None
-    if engine.clip_ready(index) and engine.encoder is not None and index is not None:
+    if snap.matrix is not None and engine.encoder is not None:
         vector = (await asyncio.to_thread(engine.encoder.encode_images, [picture]))[0]
         q = Query(book_ids=(book,) if book else None, max_per_book=1000, limit=limit)
-        ranked = await asyncio.to_thread(rank, table, q, index.embeddings, vector, None)
+        ranked = await asyncio.to_thread(rank, table, q, snap.matrix, vector, None)
         extra = [{"similarity": s} for s in ranked.similarity]
         similar = gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
-    status = engine.status()
+    status = engine.status(snap)
     status["blocks"] = matcher_for(services).state()
     status["signals"] = ["block-hashes", *(["clip"] if similar is not None else [])]
     return {

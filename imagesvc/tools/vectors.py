@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from imagesvc.errors import NotFound
-from imagesvc.search.engine import SearchEngine, engine_for
+from imagesvc.search.engine import engine_for
+from imagesvc.search.snapshot import SearchSnapshot
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
 
@@ -27,29 +28,34 @@ EMPTY_REASON = {
 }
 
 
-def _listing(engine: SearchEngine, store: str) -> tuple[list[str], np.ndarray, list[dict[str, Any]]]:
-    """(sorted ids, their vectors, per-row extra fields) of one store."""
-    index = engine.index()
-    if store == "artworks" or index is None or not engine.clip_ready(index) or not index.ids:
-        return [], np.zeros((0, 0), np.float32), []
-    table = engine.table()
+Listing = tuple[list[str], np.ndarray, np.ndarray, list[dict[str, Any]]]
+
+
+def _listing(snap: SearchSnapshot, store: str) -> Listing:
+    """(sorted ids, a matrix, each id's row in it, per-id extra fields) of one store of ``snap``. Rows point into the
+    snapshot's own matrix, which is not copied. Blocking: run it in a worker thread."""
+    index, table = snap.index, snap.table
+    if store == "artworks" or index is None or not snap.clip or not index.ids:
+        return [], np.zeros((0, 0), np.float32), np.zeros(0, np.int64), []
     if store == "clip":
-        order = sorted(range(len(index.ids)), key=index.ids.__getitem__)
-        ids = [index.ids[i] for i in order]
-        return ids, index.embeddings[order], [{"content_hash": index.hashes[i]} for i in order]
+        order = np.argsort(np.array(index.ids, dtype=object), kind="stable")
+        extra = [{"content_hash": index.hashes[i]} for i in order]
+        return [index.ids[i] for i in order], index.embeddings, order, extra
     assert table.vec_row is not None
-    live = [r for r in range(len(table)) if table.live[r] and table.vec_row[r] >= 0]
+    live = np.flatnonzero(table.live & (table.vec_row >= 0))
     if store == "gallery":
-        live.sort(key=table.ids.__getitem__)
-        extra = [{"book_id": table.book_ids[table.book[r]], "type": table.types[table.type[r]]} for r in live]
-        return [table.ids[r] for r in live], index.embeddings[table.vec_row[live]], extra
-    books: dict[str, list[int]] = {}
-    for r in live:
-        books.setdefault(table.book_ids[table.book[r]], []).append(int(table.vec_row[r]))
-    ids = sorted(books)
-    means = np.stack([index.embeddings[books[b]].mean(axis=0) for b in ids]) if ids else np.zeros((0, index.dims))
+        live = live[np.argsort(np.array(table.ids, dtype=object)[live], kind="stable")]
+        books, types = table.book[live].tolist(), table.type[live].tolist()
+        extra = [{"book_id": table.book_ids[b], "type": table.types[t]} for b, t in zip(books, types, strict=True)]
+        return [table.ids[r] for r in live.tolist()], index.embeddings, table.vec_row[live], extra
+    counts = np.bincount(table.book[live], minlength=len(table.book_ids))
+    sums = np.zeros((len(table.book_ids), index.dims), np.float64)
+    np.add.at(sums, table.book[live], index.embeddings[table.vec_row[live]])
+    order = sorted(np.flatnonzero(counts).tolist(), key=table.book_ids.__getitem__)
+    means = sums[order] / counts[order, None] if order else np.zeros((0, index.dims))
     means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
-    return ids, means.astype(np.float32), [{"illustrations": len(books[b])} for b in ids]
+    extra = [{"illustrations": int(counts[b])} for b in order]
+    return [table.book_ids[b] for b in order], means.astype(np.float32), np.arange(len(order)), extra
 
 
 @tool(
@@ -75,18 +81,18 @@ async def get_vectors(
             recovery=[f"Use one of: {', '.join(STORES)}."],
             details={"stores": list(STORES)},
         )
-    engine = engine_for(services)
-    ids, vectors, extra = engine.memo(f"vectors:{store}", lambda: _listing(engine, store))
+    snap = await engine_for(services).snapshot()
+    ids, matrix, rows_of, extra = await snap.derive(f"vectors:{store}", lambda: _listing(snap, store))
     start = bisect.bisect_right(ids, after) if after else 0
     chosen = range(start, min(start + limit, len(ids)))
     rows = []
     for i in chosen:
-        vector = vectors[i].astype("<f4")
+        vector = matrix[rows_of[i]].astype("<f4")
         embedding: Any = base64.b64encode(vector.tobytes()).decode() if format == "base64" else vector.tolist()
         rows.append({"id": ids[i], **extra[i], "embedding": embedding})
     body: dict[str, Any] = {
         "store": store,
-        "dims": int(vectors.shape[1]) if len(ids) else 0,
+        "dims": int(matrix.shape[1]) if len(ids) else 0,
         "format": format,
         "total": len(ids),
         "returned": len(rows),

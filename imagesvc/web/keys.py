@@ -9,7 +9,6 @@ from imagesvc.access.identity import Caller, Identifier
 from imagesvc.access.meter import Meter
 from imagesvc.errors import ImagesvcError
 from imagesvc.observability import Metrics
-from imagesvc.search.engine import SearchEngine
 from imagesvc.services import Services
 from imagesvc.tools.iiif import IiifRuntime
 
@@ -23,7 +22,6 @@ __all__ = [
     "RATE_HEADERS",
     "REQUEST_DENIED",
     "REQUEST_ID",
-    "SEARCH",
     "SERVICES",
 ]
 
@@ -32,7 +30,6 @@ ACCESS = web.AppKey("access", AccessState)
 IDENTIFIER = web.AppKey("identifier", Identifier)
 METRICS = web.AppKey("metrics", Metrics)
 IIIF = web.AppKey("iiif", IiifRuntime)
-SEARCH = web.AppKey("search", SearchEngine)
 
 REQUEST_ID = web.RequestKey("request_id", str)
 # a denial (request limit, bad key) that /mcp reports in each tool call's result

@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc import __version__, tools
+from imagesvc.catalog.reader import counts as catalog_counts
 from imagesvc.errors import NotFound, RangeNotSatisfiable
 from imagesvc.search.engine import engine_for
 from imagesvc.storage import StoreUnavailable, local_files
@@ -60,7 +61,7 @@ async def health(request: web.Request, arguments: dict[str, Any]) -> web.Respons
         "status": "ok" if storage["reachable"] else "degraded",
         "version": __version__,
         "storage": storage,
-        "catalog": services.catalog.counts(),
+        "catalog": await asyncio.to_thread(catalog_counts, services.catalog),  # a scan of every illustration
         "search": engine_for(services).status(),
         "image_host": services.settings.image_base,
     }

@@ -1,14 +1,12 @@
-"""A catalog that can be replaced while serving: generations pinned per request and closed when the last pin goes.
+"""Catalog generations of a serving node: pinned per request, replaced while serving, closed when the last pin goes.
 
-A serving node that follows catalog snapshots holds one ``Generation`` at a time (catalog connection, search engine,
-the folder they were read from). ``LiveState.swap`` makes a new generation current in one step on the event loop;
-a request pins the generation current when it starts (``LiveState.pinned``) and reads only that one until it ends,
-so no request mixes two snapshots. A replaced generation is closed when its last pin is released (at once when
-nothing pins it): a reference count, not a grace period, so a long request is never cut off and an idle old catalog
-is never kept open.
-
-``LiveCatalog`` and ``LiveEngine`` stand in for ``Services.catalog`` and ``Services.search``: every attribute access
-goes to the pinned generation, or to the current one outside a request.
+A node that follows catalog snapshots (``imagesvc.web.follow``) holds one ``Generation`` at a time: the catalog
+connection, the search engine over it (its own immutable search snapshots) and the folder they were read from.
+``Generations.swap`` makes a new generation current in one step on the event loop; a request pins the generation
+current when it starts (``Generations.pinned``) and reads only that one until it ends, so no request mixes two
+catalogs. A replaced generation is closed when its last pin is released (at once when nothing pins it): a reference
+count, not a grace period, so a long request is never cut off and an idle old catalog is never kept open.
+``Services.follow(generations.active)`` makes ``services.catalog`` and ``services.search`` read the pinned one.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Generation", "LiveCatalog", "LiveEngine", "LiveState"]
+__all__ = ["Generation", "Generations"]
 
 log = logging.getLogger("imagesvc.snapshots")
 
@@ -52,7 +50,7 @@ class Generation:
                 log.exception("closing catalog snapshot %s failed", self.version)
 
 
-class LiveState:
+class Generations:
     """The current generation and the pins held on older ones. Use from the event loop thread only."""
 
     def __init__(self, first: Generation) -> None:
@@ -61,6 +59,11 @@ class LiveState:
     def active(self) -> Generation:
         """The generation this request pinned, else the current one."""
         return _PINNED.get() or self.current
+
+    def active_pair(self) -> tuple[Any, Any]:
+        """(catalog, search engine) of the active generation: what ``Services.follow`` reads."""
+        generation = self.active()
+        return generation.catalog, generation.engine
 
     @contextmanager
     def pinned(self) -> Iterator[Generation]:
@@ -88,23 +91,3 @@ class LiveState:
         """Close the current generation (app shutdown: no request runs any more)."""
         self.current.retired = True
         self.current.close()
-
-
-class LiveCatalog:
-    """Stands in for a ``Catalog``: attribute access goes to the active generation's catalog."""
-
-    def __init__(self, state: LiveState) -> None:
-        self._state = state
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._state.active().catalog, name)
-
-
-class LiveEngine:
-    """Stands in for a ``SearchEngine``: attribute access goes to the active generation's engine."""
-
-    def __init__(self, state: LiveState) -> None:
-        self._state = state
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._state.active().engine, name)

@@ -1,8 +1,10 @@
 """Serve from catalog snapshots: pull the newest on start, on SIGHUP and every poll interval, and switch atomically.
 
 ``snapshot_ctx`` (an aiohttp cleanup context) and ``snapshot_middleware`` are installed by ``build_app`` when
-``IMAGESVC_SNAPSHOT_PREFIX`` is set. A failed check (store down, corrupt download, unreadable catalog) is logged and
-changes nothing: the node keeps serving the snapshot it has, and the next check tries again.
+``IMAGESVC_SNAPSHOT_PREFIX`` is set. A new generation is opened and its search snapshot built in worker threads,
+then swapped in whole on the event loop (``imagesvc.web.generations``). A failed check (store down, corrupt
+download, unreadable catalog or index) is logged and changes nothing: the node keeps serving the snapshot it has,
+and the next check tries again.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.live import Generation, LiveCatalog, LiveEngine, LiveState
 from imagesvc.errors import ImagesvcError
+from imagesvc.search.engine import SearchEngine, engine_for
 from imagesvc.snapshots import describe, fetch_snapshot, newest_local, read_latest
+from imagesvc.web.generations import Generation, Generations
 
 __all__ = ["SNAPSHOTS", "SnapshotFollower", "snapshot_ctx", "snapshot_middleware"]
 
@@ -40,14 +43,12 @@ def _discard(generation: Generation) -> None:
 class SnapshotFollower:
     """Keeps ``services.catalog`` and ``services.search`` on the newest published snapshot."""
 
-    def __init__(self, settings: Any, services: Any, identifier: Any = None) -> None:
-        from imagesvc.search.engine import engine_for
-
-        self.settings, self.services, self.identifier = settings, services, identifier
+    def __init__(self, settings: Any, services: Any) -> None:
+        self.settings, self.services = settings, services
         self.prefix = settings.snapshot_prefix.strip("/")
         self.root = Path(settings.data_dir) / "snapshots"
         self._own = (services.catalog, engine_for(services))
-        self.state = LiveState(Generation("", *self._own))  # the node's own catalog; build_app's context closes it
+        self.state = Generations(Generation("", *self._own))  # the node's own catalog; build_app's context closes it
         self.rejected = ""  # a version that failed to open: not retried until LATEST moves on
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -58,15 +59,12 @@ class SnapshotFollower:
         """The snapshot version being served ("" before the first one)."""
         return self.state.current.version
 
-    def _open(self, version: str, folder: Path) -> Generation:
-        """Open a pulled folder and warm its search state (runs in a thread: nothing shares it yet)."""
-        from imagesvc.search.engine import SearchEngine
-
-        catalog = Catalog(folder / "catalog.sqlite3")
+    async def _open(self, version: str, folder: Path) -> Generation:
+        """Open a pulled folder and build its search snapshot (in worker threads: nothing shares it yet)."""
+        catalog = await asyncio.to_thread(Catalog, folder / "catalog.sqlite3")
         try:
-            engine = SearchEngine(self.settings, catalog, encoder=self._own[1].encoder)
-            engine.reset(data_dir=folder)
-            engine.table()  # loads the vector index and builds the gallery table off the event loop
+            engine = SearchEngine(self.settings, catalog, encoder=self._own[1].encoder, data_dir=folder)
+            await engine.snapshot()  # loads the vector index and builds the gallery table off the event loop
         except BaseException:
             catalog.close()
             raise
@@ -74,7 +72,7 @@ class SnapshotFollower:
 
     async def _switch(self, version: str, folder: Path) -> None:
         try:
-            generation = await asyncio.to_thread(self._open, version, folder)
+            generation = await self._open(version, folder)
         except BaseException:
             self.rejected = version
             shutil.rmtree(folder, ignore_errors=True)
@@ -118,10 +116,7 @@ class SnapshotFollower:
     async def start(self) -> None:
         """Install the live stand-ins, take the newest snapshot (or the newest pulled before, when the store is down),
         remove stale folders, and start the poller."""
-        self.services.catalog = LiveCatalog(self.state)
-        self.services.search = LiveEngine(self.state)
-        if self.identifier is not None:
-            self.identifier.catalog = self.services.catalog
+        self.services.follow(self.state.active_pair)
         if not await self.check_logged() and not self.version and (folder := newest_local(self.root)) is not None:
             with contextlib.suppress(*_CHECK_ERRORS):
                 await self._switch(folder.name, folder)
@@ -138,15 +133,13 @@ class SnapshotFollower:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        self.services.catalog, self.services.search = self._own
-        if self.identifier is not None:
-            self.identifier.catalog = self._own[0]
+        self.services.follow(None)
         if self.state.current.on_close is not None:  # keep the folder: a restart with the store down serves it
             self.state.current.on_close = lambda generation: generation.catalog.close()
         self.state.close()
 
 
-SNAPSHOTS = web.AppKey("snapshots", SnapshotFollower)
+SNAPSHOTS = web.AppKey("snapshots", SnapshotFollower)  # set while the app follows snapshots
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -162,12 +155,11 @@ async def snapshot_middleware(request: web.Request, handler: Handler) -> web.Str
 
 async def snapshot_ctx(app: web.Application) -> AsyncIterator[None]:
     """Follow snapshots for the app's lifetime; SIGHUP asks for a check now (main thread only)."""
-    from imagesvc.web.keys import IDENTIFIER, SEARCH, SERVICES
+    from imagesvc.web.keys import SERVICES
 
     services = app[SERVICES]
-    app[SNAPSHOTS] = follower = SnapshotFollower(services.settings, services, app.get(IDENTIFIER))
+    app[SNAPSHOTS] = follower = SnapshotFollower(services.settings, services)
     await follower.start()
-    app[SEARCH] = services.search
     loop = asyncio.get_running_loop()
     hup = threading.current_thread() is threading.main_thread()
     if hup:

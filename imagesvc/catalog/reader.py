@@ -1,0 +1,33 @@
+"""A catalog connection of its own for a worker thread: large reads (table scans, counts) off the event loop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from imagesvc.catalog import Catalog
+
+__all__ = ["reader"]
+
+
+@contextmanager
+def reader(catalog: Any) -> Iterator[Any]:
+    """A catalog to read from in a worker thread: a connection of its own on the same file, so its reads never
+    interleave with the loop's transactions; the catalog itself when it lives in memory."""
+    path = getattr(catalog, "path", None)
+    if path is None or str(path) == ":memory:" or not Path(path).exists():
+        yield catalog
+        return
+    own = Catalog(path)
+    try:
+        yield own
+    finally:
+        own.close()
+
+
+def counts(catalog: Any) -> dict[str, int]:
+    """``catalog.counts()`` read on a connection of its own (blocking: call it in a worker thread)."""
+    with reader(catalog) as source:
+        return source.counts()

@@ -1,0 +1,113 @@
+"""The dense text signal of one search engine: the text model and the text index, kept current in worker threads,
+and the query-vector cache that worker threads share."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from imagesvc.catalog.reader import reader
+from imagesvc.errors import ImagesvcError
+from imagesvc.search.dense import MODEL_KEY, Passages, TextModel, sync_text_index, text_rows
+from imagesvc.search.vectors import VectorIndex
+
+__all__ = ["DenseText", "QueryCache"]
+
+log = logging.getLogger("imagesvc.search")
+
+
+class QueryCache:
+    """Encoded query vectors by normalised text, least recently used out first. Worker threads share it; the event
+    loop never takes its lock."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def vector(self, key: str, encode: Callable[[], np.ndarray]) -> np.ndarray:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit
+        vector = encode()
+        with self._lock:
+            self._items[key] = vector
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return vector
+
+
+class DenseText:
+    """The text index of ``catalog``'s live illustrations under the text model, brought up to date on demand."""
+
+    def __init__(self, settings: Any, catalog: Any, data_dir: Path, model: TextModel | None, cache: QueryCache):
+        self.settings, self.catalog, self.data_dir, self.model, self.cache = settings, catalog, data_dir, model, cache
+        self._state: tuple[VectorIndex, Passages] | None = None  # one reference: index and passages belong together
+        self._stamp: Any = None
+        self._job: asyncio.Future[Any] | None = None
+        self.error: str | None = None
+
+    @property
+    def on(self) -> bool:
+        return self.model is not None and self._state is not None and not self.error
+
+    def describe(self) -> str:
+        """One plain sentence on the dense text signal, for /health and search responses."""
+        if self.model is None:
+            return "off (IMAGESVC_TEXT_MODEL=off): no dense text ranking"
+        if self.error:
+            return f"unavailable: {self.error}"
+        if self._state is not None:
+            return f"on: {MODEL_KEY}, {len(self._state[1].ids)} illustrations embedded"
+        if self._job is not None:
+            return f"loading: {MODEL_KEY} and the text index (keyword ranking until ready)"
+        return f"on: {MODEL_KEY}, loads on the first text query"
+
+    async def ready(self) -> bool:
+        """Bring the text index up to date (model load and new embeddings in a thread) and say whether dense
+        ranking can be used. Waits at most ``search_wait`` seconds; the work goes on after that."""
+        if self.model is None or self.error:
+            return False
+        stamp = self.catalog.query_one("PRAGMA data_version")
+        if self._state is not None and self._stamp == stamp:
+            return True
+        if self._job is None or self._job.done():
+            self._job = asyncio.ensure_future(self._sync(stamp))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._job), self.settings.search_wait)
+        except TimeoutError:
+            return self._state is not None
+        except ImagesvcError as exc:
+            self.error = exc.message
+            log.error("dense text search is off: %s", exc.message)
+            return False
+        return self._state is not None
+
+    async def _sync(self, stamp: Any) -> None:
+        self._state, self._stamp = await asyncio.to_thread(self._load), stamp
+
+    def _load(self) -> tuple[VectorIndex, Passages]:
+        assert self.model is not None
+        with reader(self.catalog) as source:
+            rows = text_rows(source)
+        self.model.load()
+        index, _ = sync_text_index(self.data_dir, rows, self.model)
+        return index, Passages.of(index)
+
+    def scores(self, text: str) -> tuple[list[str], np.ndarray] | None:
+        """(illustration ids, best passage score of each) for ``text`` (blocking: call it in a worker thread)."""
+        state, model = self._state, self.model
+        if state is None or model is None or not len(state[0].ids):
+            return None
+        key = "dense:" + " ".join(text.casefold().split())
+        vector = self.cache.vector(key, lambda: model.encode([text])[0])
+        return state[1].ids, state[1].best(state[0].embeddings @ vector)
