@@ -21,6 +21,7 @@ import numpy as np
 
 from imagesvc.catalog.reader import reader
 from imagesvc.search.gallery import GalleryTable
+from imagesvc.search.page_cuts import prepared
 from imagesvc.search.vectors import VectorIndex, load_index
 
 __all__ = ["BUILD_ERRORS", "SearchSnapshot", "Stamps", "build_snapshot", "index_stamp"]
@@ -91,6 +92,8 @@ def build_snapshot(
         table = GalleryTable.from_catalog(source)
     table.attach(index.ids if clip and index is not None else [])
     table.row_of("")  # the id -> row map, built here rather than by the first request that needs it
+    if clip and index is not None:
+        prepared(table, len(index.embeddings))  # the fast path's per-table arrays, likewise
     return SearchSnapshot(generation, stamps, table, index, clip)
 
 
