@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from imagesvc.iiif.cache import DerivativeCache
+from imagesvc.iiif.delivery import IiifSource, SourceTier, derivative_etag, produce
+from imagesvc.iiif.image_api import Limits, Plan, parse_request, render
 from imagesvc.imaging import TierSpec
-from imagesvc.imaging.iiif import Limits, Plan, parse_request, render
 from imagesvc.imaging.tiers import fit_size
 from imagesvc.storage.local import LocalStore
-from imagesvc.tools.iiif import IiifSource, SourceTier, derivative_etag, produce
-from imagesvc.tools.iiif_cache import DerivativeCache
 
 __all__ = ["main"]
 

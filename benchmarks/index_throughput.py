@@ -4,9 +4,9 @@ Run ``python benchmarks/index_throughput.py [--device auto|cpu|cuda] [--images N
 one run on one machine:
 
 - model only: the image tower on ready-made, normalised input tensors already on the device, at the plan's batch;
-- pipeline: ``imagesvc.search.pipeline.embed_images`` over 300 px JPEG thumbnails held in memory (the stored thumb tier
-  the index reads), decoding and resizing included, with the plan ``imagesvc index`` picks for the device (GPU decoding
-  with nvJPEG on CUDA; decoder processes on every core otherwise), and on CUDA also with CPU decoding;
+- pipeline: ``imagesvc.search.embedding_pipeline.embed_images`` over 300 px JPEG thumbnails held in memory (the stored
+  thumb tier the index reads), decoding and resizing included, with the plan ``imagesvc index`` picks for the device
+  (GPU decoding with nvJPEG on CUDA; decoder processes on every core otherwise), and on CUDA also with CPU decoding;
 - the serial loop ``imagesvc index`` ran before the pipeline (decode, open_clip's PIL transform, model, one after
   another), on a smaller sample.
 
@@ -31,7 +31,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from imagesvc.search.clip import ClipSpec, Encoder
-from imagesvc.search.pipeline import Plan, embed_images, plan_for
+from imagesvc.search.embedding_pipeline import Plan, embed_images, plan_for
 from imagesvc.search.prepare import prepare_one
 
 DISTINCT = 1000  # distinct thumbnails; the corpus cycles through them

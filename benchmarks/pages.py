@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from imagesvc.catalog import Catalog  # noqa: E402
-from imagesvc.catalog.keys import create_key  # noqa: E402
+from imagesvc.catalog.api_keys import create_key  # noqa: E402
 
 __all__ = ["main"]
 

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from imagesvc.surface.arguments import _validator, validate, with_defaults
 from imagesvc.tools import load_all
-from imagesvc.tools.arguments import _validator, validate, with_defaults
 from imagesvc.web.images import IMAGE_PARAMS
 
 __all__ = ["main"]

@@ -18,9 +18,9 @@ from PIL import Image
 from imagesvc.errors import ImagesvcError
 from imagesvc.search.clip import TINY_MODEL, ClipSpec, Encoder
 from imagesvc.search.dense import TextModel
-from imagesvc.search.gallery import GalleryTable, Query, rank
 from imagesvc.search.index import decode_for_clip
 from imagesvc.search.page_cuts import prepared
+from imagesvc.search.ranking import GalleryTable, Query, rank
 from imagesvc.search.vectors import top_k
 
 __all__ = ["main"]

@@ -100,7 +100,7 @@ http {{ access_log off; sendfile on; tcp_nopush on; client_body_temp_path {work}
 def _keys(data: Path, work: Path) -> Path:
     """KEYS enterprise keys, and a wrk script that sends them in turn."""
     from imagesvc.catalog import Catalog
-    from imagesvc.catalog.keys import create_key
+    from imagesvc.catalog.api_keys import create_key
 
     catalog = Catalog(data / "catalog.sqlite3")
     try:
@@ -120,7 +120,7 @@ def _keys(data: Path, work: Path) -> Path:
 def _sign_alone(data: Path, rounds: int = 200) -> tuple[float, int]:
     """Median ms of sign_delivery on the display tier with its XMP note, one thread; and the file's size."""
     from imagesvc.catalog import Catalog
-    from imagesvc.imaging.embed import build_xmp, splice_xmp
+    from imagesvc.imaging.xmp import build_xmp, splice_xmp
     from imagesvc.provenance import Delivery
     from imagesvc.provenance.credentials import ensure_local_ca
     from imagesvc.provenance.sign import sign_delivery

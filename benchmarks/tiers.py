@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from imagesvc.imaging import MarkSpec, TierSpec
-from imagesvc.imaging.render import render_page
+from imagesvc.imaging.renditions import render_page
 from imagesvc.imaging.tiers import decode, encode_jpeg, resize_to
 
 SPEC = TierSpec()

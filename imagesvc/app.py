@@ -17,7 +17,7 @@ from imagesvc.settings import Settings
 from imagesvc.storage import make_store
 from imagesvc.storage.hot import HotObjects
 from imagesvc.web.access import access_middleware
-from imagesvc.web.keys import ACCESS, IDENTIFIER, IIIF, METRICS, SERVICES
+from imagesvc.web.app_keys import ACCESS, IDENTIFIER, IIIF, METRICS, SERVICES
 from imagesvc.web.metrics import observe_middleware, rejections_middleware
 from imagesvc.web.middleware import MAX_BODY_BYTES, cors_middleware, error_middleware, on_prepare
 from imagesvc.web.protocol import Application
@@ -95,9 +95,9 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
         # Threads suffice for IIIF pixel work: Pillow releases the GIL while it decodes, resamples and encodes.
         from concurrent.futures import ThreadPoolExecutor
 
-        from imagesvc.imaging.iiif import Limits
-        from imagesvc.tools.iiif import IiifRuntime
-        from imagesvc.tools.iiif_cache import DerivativeCache
+        from imagesvc.iiif.cache import DerivativeCache
+        from imagesvc.iiif.delivery import IiifRuntime
+        from imagesvc.iiif.image_api import Limits
 
         pool = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="iiif")
         limits = Limits(settings.iiif_max_width, settings.iiif_max_width, settings.iiif_max_area)

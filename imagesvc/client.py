@@ -24,7 +24,7 @@ import aiohttp
 
 __all__ = ["ClientError", "UsageError", "build_tool_parser", "default_url", "main", "render", "rpc"]
 
-ALIASES = "x-aliases"  # a schema property's other accepted names (imagesvc.tools.arguments)
+ALIASES = "x-aliases"  # a schema property's other accepted names (imagesvc.surface.arguments)
 _ids = itertools.count(1)
 
 

@@ -51,7 +51,7 @@ async def _ingest(settings: Settings, manifest_path: Path, progress: bool) -> di
 
 async def _publish(settings: Settings, store: Any) -> None:
     """Publish a catalog snapshot when IMAGESVC_SNAPSHOT_PREFIX is set (docs/operations.md)."""
-    from imagesvc.snapshots import publish_if_configured
+    from imagesvc.catalog.snapshots import publish_if_configured
 
     version = await publish_if_configured(settings, store)
     if version:
@@ -187,7 +187,7 @@ def cmd_marks(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     """Issue, list and revoke API keys (stored as hashes in the catalog)."""
     from imagesvc.catalog import Catalog
-    from imagesvc.catalog.keys import create_key, list_keys, revoke_key
+    from imagesvc.catalog.api_keys import create_key, list_keys, revoke_key
 
     catalog = Catalog(settings.data_dir / "catalog.sqlite3")
     try:

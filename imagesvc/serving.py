@@ -68,7 +68,7 @@ def run_server(settings: Settings, *, reuse_port: bool = False) -> None:
     async def warm_search(app: web.Application) -> None:
         # The text model and the search indexes load in the background, so the first searches need not wait.
         from imagesvc.search.by_image import warm_up
-        from imagesvc.web.keys import SERVICES
+        from imagesvc.web.app_keys import SERVICES
 
         task = asyncio.ensure_future(warm_up(app[SERVICES]))
         warming.add(task)

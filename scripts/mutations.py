@@ -99,11 +99,11 @@ MUTATIONS = [
     Mutation(
         "tool-accepts-unknown-argument",
         "a tool call naming an argument the tool does not take is refused, naming it and the closest",
-        "imagesvc/tools/arguments.py",
+        "imagesvc/surface/arguments.py",
         '    if schema.get("additionalProperties") is False:\n        for name in arguments:\n',
         "    if False:\n        for name in arguments:\n",
         (
-            "tests/tools/test_arguments.py",
+            "tests/surface/test_arguments.py",
             "tests/http/test_mcp.py::test_bad_arguments_are_tool_errors_the_model_can_act_on",
         ),
     ),

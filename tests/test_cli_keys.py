@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key, lookup_key
+from imagesvc.catalog.api_keys import create_key, lookup_key
 from imagesvc.cli import main
 
 

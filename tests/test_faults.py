@@ -22,7 +22,7 @@ from aiohttp.test_utils import TestClient
 
 from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
+from imagesvc.catalog.api_keys import create_key
 from imagesvc.storage.s3 import S3Config, S3Store
 from tests.library import copy_library, run_ingest, settings_for
 from tests.parts import missing_part

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from imagesvc.catalog import Catalog
-from imagesvc.imaging.embed import strip_c2pa
+from imagesvc.imaging.xmp import strip_c2pa
 from imagesvc.provenance.credentials import ensure_local_ca
 from imagesvc.storage import ObjectStore
 from imagesvc.storage.local import LocalStore

@@ -22,7 +22,7 @@ from imagesvc.access import MILLI
 from imagesvc.access.identity import sign_session
 from imagesvc.access.redis import RedisAccess
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
+from imagesvc.catalog.api_keys import create_key
 from imagesvc.storage.s3 import S3Config, S3Store
 from tests.servers import S3Server, free_port
 from tests.test_ingest_kills import IMAGESVC, ingest_env, run, small_manifest

@@ -184,7 +184,7 @@ def test_sighup_stops_neither_the_supervisor_nor_its_workers(serve: Any) -> None
 _DELIVERIES = """
 import resource, sys
 from pathlib import Path
-from imagesvc.imaging.embed import build_xmp, splice_xmp
+from imagesvc.imaging.xmp import build_xmp, splice_xmp
 from imagesvc.provenance import Delivery
 from imagesvc.provenance.credentials import ensure_local_ca
 from imagesvc.provenance.sign import sign_delivery

@@ -14,9 +14,9 @@ from aiohttp.test_utils import TestClient
 
 from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
+from imagesvc.catalog.api_keys import create_key
+from imagesvc.catalog.snapshots import SnapshotCorrupt, publish_snapshot, read_latest
 from imagesvc.services import Services
-from imagesvc.snapshots import SnapshotCorrupt, publish_snapshot, read_latest
 from imagesvc.storage.local import LocalStore
 from imagesvc.web.follow import SNAPSHOTS
 from imagesvc.web.generations import Generation, Generations

@@ -19,7 +19,7 @@ from typing import Protocol
 from imagesvc.access.policy import CallerClass, caller_class
 from imagesvc.access.sessions import SESSION_PREFIX, sign_session, verify_session
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import lookup_key
+from imagesvc.catalog.api_keys import lookup_key
 from imagesvc.errors import Unauthorized
 from imagesvc.settings import Settings
 

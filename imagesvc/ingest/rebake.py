@@ -15,8 +15,8 @@ from typing import Any
 
 from imagesvc.catalog import Catalog
 from imagesvc.imaging import MarkSpec, TierSpec
-from imagesvc.imaging.embed import strip_c2pa
 from imagesvc.imaging.marks import rebake
+from imagesvc.imaging.xmp import strip_c2pa
 from imagesvc.ingest.objects import public_key, write_immutable
 from imagesvc.ingest.pipeline import DERIVATION_VERSION, digest, tier_spec
 from imagesvc.provenance.ingest import Provenance, rebake_provenance

@@ -62,7 +62,7 @@ def render_file(
     ``provenance``'s C2PA manifest); a refusal comes back as a ``Refusal``."""
     from PIL import Image
 
-    from imagesvc.imaging.render import render_page
+    from imagesvc.imaging.renditions import render_page
 
     # Pillow's own bomb guard (process-wide, ~179 MP by default) would otherwise refuse what the setting allows.
     Image.MAX_IMAGE_PIXELS = spec.max_pixels

@@ -8,15 +8,22 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from imagesvc.pages import assets, gallery, reading
+from imagesvc.pages import assets, illustrations, reading
 from imagesvc.pages.assets import VIEWER_READY, viewer_ready
 from imagesvc.pages.errors import PAGE_HANDLERS, html_error_middleware
 from imagesvc.pages.render import setup_templates
 
-__all__ = ["assets", "gallery", "html_error_middleware", "reading", "setup_pages"]
+__all__ = ["assets", "html_error_middleware", "illustrations", "reading", "setup_pages"]
 
 PAGE_HANDLERS.update(
-    {gallery.home, gallery.by_image, gallery.illustration, gallery.collections, gallery.collection, reading.book}
+    {
+        illustrations.home,
+        illustrations.by_image,
+        illustrations.illustration,
+        illustrations.collections,
+        illustrations.collection,
+        reading.book,
+    }
 )
 
 
@@ -24,4 +31,4 @@ def setup_pages(app: web.Application, settings: object) -> None:
     """Load the page templates into ``app`` and look once for the installed deep-zoom viewer."""
     setup_templates(app)
     app[VIEWER_READY] = viewer_ready(settings)
-    app[gallery.CHOICES] = {}
+    app[illustrations.CHOICES] = {}

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc.errors import NotFound
-from imagesvc.web.keys import SERVICES
+from imagesvc.web.app_keys import SERVICES
 from imagesvc.web.params import any_query
 from imagesvc.web.responses import PublicFile
 

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from imagesvc.errors import ImagesvcError, NotFound
 from imagesvc.pages.render import render
-from imagesvc.web.keys import REQUEST_ID, SERVICES
+from imagesvc.web.app_keys import REQUEST_ID, SERVICES
 
 __all__ = ["PAGE_HANDLERS", "html_error_middleware"]
 

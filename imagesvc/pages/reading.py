@@ -15,7 +15,7 @@ from imagesvc import tools
 from imagesvc.errors import NotFound, RateLimited
 from imagesvc.pages.assets import VIEWER_READY
 from imagesvc.pages.render import render
-from imagesvc.web.keys import SERVICES
+from imagesvc.web.app_keys import SERVICES
 from imagesvc.web.params import accepts
 from imagesvc.web.rest import tool_call
 

@@ -10,7 +10,7 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
-from imagesvc.web.keys import SERVICES
+from imagesvc.web.app_keys import SERVICES
 
 __all__ = ["TEMPLATES", "page_headers", "render", "setup_templates"]
 

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from imagesvc.errors import Unavailable
 from imagesvc.imaging import PageRenditions, Rendition
-from imagesvc.imaging.embed import strip_c2pa
+from imagesvc.imaging.xmp import strip_c2pa
 from imagesvc.provenance import Delivery, PageSource, SigningPaths
 from imagesvc.provenance.manifests import delivery_manifest, public_manifest
 

@@ -28,7 +28,7 @@ from imagesvc.search.dense import (
 )
 from imagesvc.search.dense_signal import DenseText, QueryCache
 from imagesvc.search.fusion import fuse
-from imagesvc.search.gallery import GalleryTable, Query, Ranked, rank
+from imagesvc.search.ranking import GalleryTable, Query, Ranked, rank
 from imagesvc.search.snapshot import BUILD_ERRORS, SearchSnapshot, Stamps, build_snapshot, index_stamp
 from imagesvc.search.spelling import Vocabulary
 from imagesvc.search.text import matching_ids, text_search

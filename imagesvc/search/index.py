@@ -3,7 +3,7 @@
 Only illustrations that are new, or whose content hash changed, are embedded; vectors of the others are carried over
 unchanged, and those of removed illustrations are dropped. A different model or weights re-embeds everything.
 Images are read from the stored clean thumbnail tier; reads, decoding (over every core, or on the GPU) and the model
-overlap in ``imagesvc.search.pipeline``.
+overlap in ``imagesvc.search.embedding_pipeline``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from imagesvc.catalog.schema import SCHEMA_VERSION
 from imagesvc.errors import InvalidRequest
 from imagesvc.imaging import TIERS
 from imagesvc.search.clip import Encoder
-from imagesvc.search.pipeline import Plan, embed_images, plan_for
+from imagesvc.search.embedding_pipeline import Plan, embed_images, plan_for
 from imagesvc.search.vectors import VectorIndex, load_index, save_index
 
 __all__ = ["IndexSummary", "decode_for_clip", "run_index"]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from imagesvc.search.gallery import GalleryTable, Query
+    from imagesvc.search.ranking import GalleryTable, Query
 
 __all__ = ["Prepared", "listing_positions", "page_positions", "prepared", "rank_unfiltered", "within_cap"]
 

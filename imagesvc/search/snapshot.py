@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from imagesvc.catalog.reader import reader
-from imagesvc.search.gallery import GalleryTable
 from imagesvc.search.page_cuts import prepared
+from imagesvc.search.ranking import GalleryTable
 from imagesvc.search.vectors import VectorIndex, load_index
 
 __all__ = ["BUILD_ERRORS", "SearchSnapshot", "Stamps", "build_snapshot", "index_stamp"]

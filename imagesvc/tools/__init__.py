@@ -70,7 +70,7 @@ async def call(services: Any, name: str, arguments: dict[str, Any] | None, call:
     """Check ``arguments`` against the tool's input schema (aliases renamed, unknown names refused, defaults filled),
     then run it. Unknown tools are ``NotFound``; bad arguments are ``InvalidRequest`` naming the parameter."""
     from imagesvc.errors import NotFound
-    from imagesvc.tools.arguments import canonical, validate, with_defaults
+    from imagesvc.surface.arguments import canonical, validate, with_defaults
 
     tools = load_all()
     if name not in tools:

@@ -6,9 +6,9 @@ from typing import Any
 
 from imagesvc.errors import NotFound
 from imagesvc.services import Services
+from imagesvc.surface.citations import Sealer, attribution, bibliography, doi_url
 from imagesvc.tools import Call, tool
 from imagesvc.tools.books import require_book
-from imagesvc.tools.citations import Sealer, attribution, bibliography, doi_url
 from imagesvc.tools.quotes import (
     FIELD_NAMES,
     PAGE_SCHEMA,

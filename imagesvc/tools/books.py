@@ -8,9 +8,9 @@ from imagesvc.catalog.library import SORTS, BookFilters, author_name, canonical_
 from imagesvc.errors import NotFound
 from imagesvc.imaging import TIERS
 from imagesvc.services import Services
+from imagesvc.surface.citations import attribution
+from imagesvc.surface.paging import envelope
 from imagesvc.tools import Call, tool
-from imagesvc.tools.citations import attribution
-from imagesvc.tools.paging import envelope
 
 __all__ = ["INCLUDE_IMAGES", "book_summary", "get_book", "list_books", "require_book", "unknown_book"]
 

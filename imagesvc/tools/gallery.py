@@ -9,12 +9,12 @@ from imagesvc.errors import InvalidRequest, NotFound
 from imagesvc.imaging import TIERS
 from imagesvc.search.engine import engine_for
 from imagesvc.search.fusion import parse_query
-from imagesvc.search.gallery import Query
+from imagesvc.search.ranking import Query
 from imagesvc.services import Services
+from imagesvc.surface.items import gallery_items
+from imagesvc.surface.paging import envelope
 from imagesvc.tools import Call, tool
 from imagesvc.tools.books import INCLUDE_IMAGES, book_summary, require_book
-from imagesvc.tools.items import gallery_items
-from imagesvc.tools.paging import envelope
 
 __all__ = ["gallery_items", "get_book_images", "get_collection", "get_image", "list_collections", "search_images"]
 

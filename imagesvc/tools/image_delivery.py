@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from colophon import Note
 from imagesvc.access.policy import CLASSES
 from imagesvc.errors import Forbidden, InvalidRequest, NotFound
-from imagesvc.imaging.embed import build_xmp, etag_with_xmp, splice_xmp, strip_c2pa
+from imagesvc.imaging.xmp import build_xmp, etag_with_xmp, splice_xmp, strip_c2pa
 from imagesvc.provenance import Delivery, SigningPaths
 from imagesvc.provenance.credentials import signing_paths
 from imagesvc.provenance.ingest import edition_text

@@ -13,7 +13,7 @@ from imagesvc.imaging import TierSpec
 from imagesvc.imaging.tiers import decode
 from imagesvc.search.by_image import matcher_for
 from imagesvc.search.engine import engine_for
-from imagesvc.search.gallery import Query, rank
+from imagesvc.search.ranking import Query, rank
 from imagesvc.services import Services
 from imagesvc.tools import Call, tool
 from imagesvc.tools.books import require_book

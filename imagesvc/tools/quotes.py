@@ -11,9 +11,9 @@ from typing import Any
 
 from imagesvc.errors import InvalidRequest, NotFound, RateLimited
 from imagesvc.services import Services
+from imagesvc.surface.citations import Sealer, attribution, citation, doi_url
 from imagesvc.tools import Call, tool
 from imagesvc.tools.books import require_book
-from imagesvc.tools.citations import Sealer, attribution, citation, doi_url
 
 __all__ = [
     "FIELD_NAMES",

@@ -16,7 +16,7 @@ from imagesvc.access import Allowed
 from imagesvc.access.headers import rate_headers, rate_limited
 from imagesvc.access.meter import Meter
 from imagesvc.errors import Unauthorized
-from imagesvc.web.keys import ACCESS, CALLER, IDENTIFIER, METER, RATE_HEADERS, REQUEST_DENIED, SERVICES
+from imagesvc.web.app_keys import ACCESS, CALLER, IDENTIFIER, METER, RATE_HEADERS, REQUEST_DENIED, SERVICES
 
 __all__ = ["UNCOUNTED_API_PATHS", "UNCOUNTED_SITE_PATHS", "access_middleware"]
 

@@ -14,8 +14,8 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc import __version__, tools
-from imagesvc.tools.arguments import ALIASES
-from imagesvc.web.keys import SERVICES
+from imagesvc.surface.arguments import ALIASES
+from imagesvc.web.app_keys import SERVICES
 from imagesvc.web.params import NONE, query_schema
 from imagesvc.web.rest import TOOL
 

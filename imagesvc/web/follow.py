@@ -23,14 +23,14 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc.catalog import Catalog
+from imagesvc.catalog.snapshots import describe, fetch_snapshot, newest_local, read_latest
 from imagesvc.errors import ImagesvcError
 from imagesvc.search.engine import SearchEngine, engine_for
-from imagesvc.snapshots import describe, fetch_snapshot, newest_local, read_latest
 from imagesvc.web.generations import Generation, Generations
 
 __all__ = ["SNAPSHOTS", "SnapshotFollower", "snapshot_ctx", "snapshot_middleware"]
 
-log = logging.getLogger("imagesvc.snapshots")
+log = logging.getLogger("imagesvc.catalog.snapshots")
 _CHECK_ERRORS = (ImagesvcError, OSError, sqlite3.Error, ValueError, KeyError, RuntimeError)
 
 
@@ -155,7 +155,7 @@ async def snapshot_middleware(request: web.Request, handler: Handler) -> web.Str
 
 async def snapshot_ctx(app: web.Application) -> AsyncIterator[None]:
     """Follow snapshots for the app's lifetime; SIGHUP asks for a check now (main thread only)."""
-    from imagesvc.web.keys import SERVICES
+    from imagesvc.web.app_keys import SERVICES
 
     services = app[SERVICES]
     app[SNAPSHOTS] = follower = SnapshotFollower(services.settings, services)

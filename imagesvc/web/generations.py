@@ -21,7 +21,7 @@ from typing import Any
 
 __all__ = ["Generation", "Generations"]
 
-log = logging.getLogger("imagesvc.snapshots")
+log = logging.getLogger("imagesvc.catalog.snapshots")
 
 _PINNED: ContextVar[Generation | None] = ContextVar("imagesvc_catalog_generation", default=None)
 

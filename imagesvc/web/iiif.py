@@ -16,12 +16,12 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from imagesvc.imaging.embed import etag_with_xmp, splice_xmp
-from imagesvc.imaging.iiif import FORMATS, parse_request
-from imagesvc.tools.iiif import derivative_etag, info_document, price_milli, produce, resolve_source
-from imagesvc.tools.iiif_presentation import collection_document, collections_index, manifest_document
+from imagesvc.iiif.delivery import derivative_etag, info_document, price_milli, produce, resolve_source
+from imagesvc.iiif.image_api import FORMATS, parse_request
+from imagesvc.iiif.presentation import collection_document, collections_index, manifest_document
+from imagesvc.imaging.xmp import etag_with_xmp, splice_xmp
+from imagesvc.web.app_keys import IIIF, METER, SERVICES
 from imagesvc.web.images import not_modified
-from imagesvc.web.keys import IIIF, METER, SERVICES
 from imagesvc.web.params import accepts
 from imagesvc.web.responses import BytesResponse
 from imagesvc.web.rest import tool_call

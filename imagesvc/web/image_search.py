@@ -17,7 +17,7 @@ from aiohttp import BodyPartReader, web
 from imagesvc import tools
 from imagesvc.errors import InvalidRequest
 from imagesvc.tools.image_search import MAX_BASE64, PayloadTooLarge, upload_limit
-from imagesvc.web.keys import SERVICES
+from imagesvc.web.app_keys import SERVICES
 from imagesvc.web.rest import tool_call
 
 __all__ = ["read_limited", "search_by_image"]

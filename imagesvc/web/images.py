@@ -8,7 +8,7 @@ from aiohttp import web
 
 from imagesvc.imaging import TIERS
 from imagesvc.tools.image_delivery import delivery_bytes, locate_image
-from imagesvc.web.keys import SERVICES
+from imagesvc.web.app_keys import SERVICES
 from imagesvc.web.params import accepts
 from imagesvc.web.responses import BytesResponse
 from imagesvc.web.rest import tool_call

@@ -7,7 +7,7 @@ from typing import Any
 
 from imagesvc import errors, tools
 from imagesvc.access.policy import CLASSES
-from imagesvc.tools.arguments import ALIASES
+from imagesvc.surface.arguments import ALIASES
 from imagesvc.web.docs import openapi_path, route_doc, route_parameters, route_tool
 from imagesvc.web.params import ANY, query_schema
 

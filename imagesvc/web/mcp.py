@@ -23,7 +23,7 @@ from aiohttp import web
 
 from imagesvc import __version__, tools
 from imagesvc.errors import InvalidRequest, MethodNotAllowed, Unauthorized
-from imagesvc.web.keys import REQUEST_DENIED
+from imagesvc.web.app_keys import REQUEST_DENIED
 from imagesvc.web.mcp_tools import Post, encode, list_tools, run_tool
 from imagesvc.web.mcp_wire import (
     INVALID_PARAMS,

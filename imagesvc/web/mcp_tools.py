@@ -25,7 +25,7 @@ from imagesvc.access.headers import rate_limited
 from imagesvc.access.meter import Meter
 from imagesvc.errors import ImagesvcError, InternalError, InvalidRequest, RateLimited
 from imagesvc.services import Services
-from imagesvc.web.keys import ACCESS, CALLER, METER, METRICS, REQUEST_DENIED, SERVICES
+from imagesvc.web.app_keys import ACCESS, CALLER, METER, METRICS, REQUEST_DENIED, SERVICES
 
 __all__ = [
     "MAX_RESPONSE_BYTES",

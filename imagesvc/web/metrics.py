@@ -12,7 +12,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from imagesvc.errors import RateLimited
 from imagesvc.logging_setup import bind_request_id, hash_subject, unbind_request_id
-from imagesvc.web.keys import CALLER, METRICS, REQUEST_ID
+from imagesvc.web.app_keys import CALLER, METRICS, REQUEST_ID
 
 __all__ = ["metrics", "observe_middleware", "rejections_middleware", "route_label"]
 

@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc.errors import ImagesvcError, InternalError, InvalidRequest, MethodNotAllowed, NotFound, PayloadTooLarge
-from imagesvc.web.keys import RATE_HEADERS, REQUEST_ID, SERVICES
+from imagesvc.web.app_keys import RATE_HEADERS, REQUEST_ID, SERVICES
 
 __all__ = [
     "CORS_HEADERS",

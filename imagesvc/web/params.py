@@ -20,7 +20,7 @@ from aiohttp import web
 
 from imagesvc.errors import InvalidRequest
 from imagesvc.settings import parse_bool
-from imagesvc.tools.arguments import ALIASES, canonical, unknown_name, validate, with_defaults
+from imagesvc.surface.arguments import ALIASES, canonical, unknown_name, validate, with_defaults
 
 __all__ = [
     "ANY",
@@ -83,7 +83,7 @@ def query_arguments(request: web.Request, schema: dict[str, Any], *, skip: Itera
 
     400 for a name the schema does not take (or that the path already gives) and for a scalar given twice. Values
     that do not parse stay strings, for the schema's validation to refuse; aliases keep their name for
-    ``tools.arguments.canonical`` to rename (and to refuse alongside their canonical name).
+    ``surface.arguments.canonical`` to rename (and to refuse alongside their canonical name).
     """
     where = route_name(request)
     skipped = set(skip)

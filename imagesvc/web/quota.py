@@ -9,7 +9,7 @@ from aiohttp import web
 from imagesvc.access import METER_DAYS, MILLI, POOLS, public_state, whole_units
 from imagesvc.access.headers import next_steps
 from imagesvc.errors import Unauthorized
-from imagesvc.web.keys import ACCESS, CALLER, IDENTIFIER
+from imagesvc.web.app_keys import ACCESS, CALLER, IDENTIFIER
 from imagesvc.web.params import accepts
 
 __all__ = ["rate_limit", "usage"]

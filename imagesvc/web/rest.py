@@ -16,7 +16,7 @@ from imagesvc.catalog.reader import counts as catalog_counts
 from imagesvc.errors import NotFound, RangeNotSatisfiable
 from imagesvc.search.engine import engine_for
 from imagesvc.storage import StoreUnavailable, local_files
-from imagesvc.web.keys import CALLER, METER, SERVICES
+from imagesvc.web.app_keys import CALLER, METER, SERVICES
 from imagesvc.web.params import QUERY_SCHEMA, accepts, any_query, query_arguments
 from imagesvc.web.responses import PublicFile
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from imagesvc.pages import assets as page_assets
-from imagesvc.pages import gallery as page_gallery
+from imagesvc.pages import illustrations as page_illustrations
 from imagesvc.pages import reading as page_reading
 from imagesvc.web import docs, gallery, iiif, image_search, images, mcp, metrics, quota, rest, text
 from imagesvc.web.params import strict
@@ -67,11 +67,11 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", "/mcp", mcp.mcp_delete),
     Route("GET", "/openapi.json", docs.openapi),
     # Pages for people (imagesvc/pages): the site root, the citation URLs, and the files the pages load.
-    Route("GET", "/", page_gallery.home, SITE),
-    Route("POST", "/search-by-image", page_gallery.by_image, SITE),
-    Route("GET", "/illustration/{id}", page_gallery.illustration, SITE),
-    Route("GET", "/collections", page_gallery.collections, SITE),
-    Route("GET", "/collections/{slug}", page_gallery.collection, SITE),
+    Route("GET", "/", page_illustrations.home, SITE),
+    Route("POST", "/search-by-image", page_illustrations.by_image, SITE),
+    Route("GET", "/illustration/{id}", page_illustrations.illustration, SITE),
+    Route("GET", "/collections", page_illustrations.collections, SITE),
+    Route("GET", "/collections/{slug}", page_illustrations.collection, SITE),
     Route("GET", "/book/{slug}", page_reading.book, SITE),
     Route("GET", "/static/{path:.+}", page_assets.static, SITE),
     Route("GET", "/viewer/{path:.+}", page_assets.viewer, SITE),

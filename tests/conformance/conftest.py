@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestServer
 
 from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
+from imagesvc.catalog.api_keys import create_key
 from tests.conformance.doors import Doors
 from tests.library import copy_library, settings_for
 

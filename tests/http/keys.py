@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
+from imagesvc.catalog.api_keys import create_key
 
 __all__ = ["new_key"]
 

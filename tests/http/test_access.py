@@ -17,8 +17,8 @@ from PIL import Image
 from imagesvc.access import MILLI
 from imagesvc.access.identity import sign_session
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key, revoke_key
-from imagesvc.web.keys import ACCESS
+from imagesvc.catalog.api_keys import create_key, revoke_key
+from imagesvc.web.app_keys import ACCESS
 
 THUMB = {"book": "demo-speculum-fornacum", "page": "1", "tier": "thumb"}
 

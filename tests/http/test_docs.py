@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import (
 from imagesvc import tools
 from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
+from imagesvc.catalog.api_keys import create_key
 from imagesvc.web.docs import openapi_path
 from imagesvc.web.routes import mounted
 from tests.library import settings_for

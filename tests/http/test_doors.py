@@ -29,8 +29,8 @@ from imagesvc.access import MILLI
 from imagesvc.access.identity import sign_session
 from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
-from imagesvc.web.keys import ACCESS
+from imagesvc.catalog.api_keys import create_key
+from imagesvc.web.app_keys import ACCESS
 from imagesvc.web.routes import ROUTES
 from tests.library import settings_for
 from tests.test_faults import Redis, assert_unavailable

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from imagesvc import tools
 from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
+from imagesvc.catalog.api_keys import create_key
 from tests.library import settings_for
 
 FEW = settings(

@@ -19,7 +19,7 @@ from multidict import CIMultiDict
 
 from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
+from imagesvc.catalog.api_keys import create_key
 from tests.library import settings_for
 
 

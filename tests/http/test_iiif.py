@@ -17,10 +17,10 @@ from PIL import Image
 from imagesvc.access import MILLI
 from imagesvc.access.identity import sign_session
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
+from imagesvc.catalog.api_keys import create_key
+from imagesvc.iiif.cache import CACHE_PREFIX
 from imagesvc.storage.local import LocalStore
-from imagesvc.tools.iiif_cache import CACHE_PREFIX
-from imagesvc.web.keys import ACCESS, IIIF
+from imagesvc.web.app_keys import ACCESS, IIIF
 
 SLUG = "demo-speculum-fornacum"
 

@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 from PIL import Image
 
 from colophon import Note
-from imagesvc.imaging.embed import read_xmp
+from imagesvc.imaging.xmp import read_xmp
 from tests.http.keys import new_key
 from tests.imaging.helpers import scan_digest
 

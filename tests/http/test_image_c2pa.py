@@ -11,7 +11,7 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient
 
 from imagesvc.catalog import Catalog
-from imagesvc.imaging.embed import read_xmp, strip_c2pa
+from imagesvc.imaging.xmp import read_xmp, strip_c2pa
 from imagesvc.provenance.manifests import DELIVERY_LABEL, SOURCE_LABEL
 from imagesvc.provenance.sign import Credentials, read_credentials
 from tests.http.conftest import MakeClient

@@ -20,8 +20,8 @@ from imagesvc import tools
 from imagesvc.access import MILLI
 from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
-from imagesvc.web.keys import ACCESS
+from imagesvc.catalog.api_keys import create_key
+from imagesvc.web.app_keys import ACCESS
 from tests.library import settings_for
 
 BOOK = "demo-speculum-fornacum"

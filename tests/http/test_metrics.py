@@ -22,9 +22,9 @@ from imagesvc.access import MILLI
 from imagesvc.access.identity import sign_session
 from imagesvc.access.policy import caller_class
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
+from imagesvc.catalog.api_keys import create_key
 from imagesvc.logging_setup import configure_logging
-from imagesvc.web.keys import ACCESS
+from imagesvc.web.app_keys import ACCESS
 from tests.http.conftest import MakeClient
 
 BOOK = "demo-speculum-fornacum"

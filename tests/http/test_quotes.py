@@ -16,9 +16,9 @@ from imagesvc.access import MILLI
 from imagesvc.access.identity import Caller
 from imagesvc.access.meter import Meter
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
+from imagesvc.catalog.api_keys import create_key
 from imagesvc.errors import InvalidRequest, NotFound
-from imagesvc.web.keys import ACCESS, SERVICES
+from imagesvc.web.app_keys import ACCESS, SERVICES
 from tests.library import SITE
 
 SPECULUM = "demo-speculum-fornacum"

@@ -7,7 +7,7 @@ import time
 
 from imagesvc.access import MILLI
 from imagesvc.access.identity import sign_session
-from imagesvc.web.keys import ACCESS
+from imagesvc.web.app_keys import ACCESS
 from tests.http.conftest import MakeClient
 
 THUMB = {"book": "demo-speculum-fornacum", "page": "1", "tier": "thumb"}

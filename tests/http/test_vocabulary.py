@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient
 from imagesvc import tools
 from imagesvc.access.identity import Caller
 from imagesvc.access.meter import Meter
-from imagesvc.web.keys import ACCESS, SERVICES
+from imagesvc.web.app_keys import ACCESS, SERVICES
 
 BOOK = "demo-speculum-fornacum"
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")

@@ -7,7 +7,7 @@ import pytest
 from imagesvc.errors import ImageRejected
 from imagesvc.imaging import TierSpec
 from imagesvc.imaging.refusals import reason_of
-from imagesvc.imaging.render import render_page
+from imagesvc.imaging.renditions import render_page
 from tests.imaging import awkward
 from tests.imaging.helpers import SPEC, pixels
 

@@ -16,8 +16,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from imagesvc.errors import Unavailable
 from imagesvc.imaging import MarkSpec, TierSpec
-from imagesvc.imaging.embed import strip_c2pa
-from imagesvc.imaging.render import render_page
+from imagesvc.imaging.renditions import render_page
+from imagesvc.imaging.xmp import strip_c2pa
 from imagesvc.provenance import PageSource, SigningPaths
 from imagesvc.provenance.credentials import check_chain, ensure_local_ca
 from imagesvc.provenance.manifests import SOURCE_LABEL

@@ -13,7 +13,7 @@ from PIL import Image
 from imagesvc.errors import ImageRejected
 from imagesvc.imaging import TierSpec
 from imagesvc.imaging.refusals import reason_of
-from imagesvc.imaging.render import render_page
+from imagesvc.imaging.renditions import render_page
 from tests.imaging import hostile
 from tests.imaging.awkward import encode, swapped_rgb_profile
 from tests.imaging.helpers import MARK, pixels
@@ -42,7 +42,7 @@ def test_a_15000_square_jpeg_header_over_800x600_of_data_is_refused_without_allo
     data = hostile.lying_header("JPEG", (800, 600), (15000, 15000))
     script = (
         "import sys\nfrom PIL import Image\nImage.MAX_IMAGE_PIXELS = 250_000_000  # as ingest sets it\n"
-        "from imagesvc.imaging import TierSpec\nfrom imagesvc.imaging.render import render_page\n"
+        "from imagesvc.imaging import TierSpec\nfrom imagesvc.imaging.renditions import render_page\n"
         "from imagesvc.imaging.refusals import reason_of\nfrom imagesvc.errors import ImageRejected\n"
         "from tests.imaging.helpers import MARK\n"
         "try:\n    render_page(sys.stdin.buffer.read(), TierSpec(), MARK, [])\n    print('accepted')\n"

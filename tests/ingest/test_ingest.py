@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from imagesvc.catalog import Catalog
-from imagesvc.imaging.embed import strip_c2pa
+from imagesvc.imaging.xmp import strip_c2pa
 from imagesvc.storage import ObjectInfo, ObjectStore
 from imagesvc.storage.local import LocalStore
 from imagesvc.storage.s3 import S3Config, S3Store

@@ -11,8 +11,8 @@ from aiohttp.test_utils import TestClient
 from colophon import decode
 from imagesvc.access.identity import sign_session
 from imagesvc.catalog import Catalog
-from imagesvc.catalog.keys import create_key
-from imagesvc.web.keys import SERVICES
+from imagesvc.catalog.api_keys import create_key
+from imagesvc.web.app_keys import SERVICES
 from tests.pages.markup import parse
 
 HTML = {"Accept": "text/html"}

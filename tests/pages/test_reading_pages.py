@@ -9,7 +9,7 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient
 
 from imagesvc.access import MILLI
-from imagesvc.web.keys import ACCESS
+from imagesvc.web.app_keys import ACCESS
 from tests.library import SITE
 from tests.pages.markup import parse
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from imagesvc.catalog import Catalog, illustration_id, page_id
-from imagesvc.search.gallery import GalleryTable, Query, rank
+from imagesvc.search.ranking import GalleryTable, Query, rank
 
 BOOKS, PAGES, PER_PAGE = 7, 715, 20  # 100,100 illustrations: more than offset (<= 100,000) + limit (<= 50) reach
 

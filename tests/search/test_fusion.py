@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from imagesvc.search.fusion import DENSE_FLOOR, W_FTS, fuse, parse_query
-from imagesvc.search.gallery import NO_YEAR, TEXT_WEIGHT, GalleryTable, Query, rank
+from imagesvc.search.ranking import NO_YEAR, TEXT_WEIGHT, GalleryTable, Query, rank
 
 
 def small() -> tuple[GalleryTable, np.ndarray]:

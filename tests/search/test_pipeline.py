@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from imagesvc.search.clip import TINY_MODEL, ClipSpec, Encoder, _import_open_clip
-from imagesvc.search.pipeline import Plan, embed_images, plan_for
+from imagesvc.search.embedding_pipeline import Plan, embed_images, plan_for
 from imagesvc.search.prepare import prepare_one
 
 MEAN = np.array([0.48145466, 0.4578275, 0.40821073])[:, None, None]

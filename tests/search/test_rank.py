@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from imagesvc.search.gallery import GalleryTable, Query, rank
+from imagesvc.search.ranking import GalleryTable, Query, rank
 
 
 def table(n: int = 40, books: int = 4, seed: int = 1) -> tuple[GalleryTable, np.ndarray]:

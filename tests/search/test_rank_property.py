@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from imagesvc.search import gallery
-from imagesvc.search.gallery import NO_YEAR, TEXT_WEIGHT, GalleryTable, Query, rank
+from imagesvc.search import ranking
+from imagesvc.search.ranking import NO_YEAR, TEXT_WEIGHT, GalleryTable, Query, rank
 
 ROWS = 60_000
 BOOKS = 37
@@ -230,7 +230,7 @@ def test_unranked_listing_and_cursor_match_a_full_sort(world: World) -> None:
 def test_the_large_table_path_is_taken(world: World) -> None:
     """The cases above rank far more candidates than the first cut of the partial sort, and one book holds the best
     scores, so a capped page needs the cut to grow."""
-    first_cut = max(4 * 20, gallery.FIRST_CUT)
+    first_cut = max(4 * 20, ranking.FIRST_CUT)
     assert len(world.table) >= 50_000 and int(world.table.live.sum()) > 40 * first_cut
     top = rank(world.table, Query(max_per_book=1000, limit=first_cut), world.matrix, world.vectors[0])
     assert {world.table.book[r] for r in top.rows} == {5}  # the whole first cut is one book's
@@ -244,7 +244,7 @@ def test_ties_across_the_first_cut_keep_catalog_order(world: World, f: int) -> N
     that come first in the catalog, with each book's cap counted in that order."""
     vector = world.vectors[3]
     scores = world.matrix[world.table.vec_row[world.table.vec_row >= 0]] @ vector
-    assert np.count_nonzero(scores == scores.max()) > 4 * gallery.FIRST_CUT
+    assert np.count_nonzero(scores == scores.max()) > 4 * ranking.FIRST_CUT
     for shape in SHAPES:
         check(world, replace(FILTERS[f], **shape), vector, None)
 

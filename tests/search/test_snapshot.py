@@ -16,7 +16,7 @@ from imagesvc.catalog.schema import SCHEMA_VERSION
 from imagesvc.errors import Unavailable
 from imagesvc.search.clip import clip_spec
 from imagesvc.search.engine import SearchEngine
-from imagesvc.search.gallery import Query
+from imagesvc.search.ranking import Query
 from imagesvc.search.snapshot import SearchSnapshot
 from imagesvc.search.vectors import VectorIndex, load_index, save_index
 from tests.library import settings_for

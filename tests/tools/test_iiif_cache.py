@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from imagesvc.iiif.cache import CACHE_PREFIX, DerivativeCache
 from imagesvc.storage import ObjectInfo
 from imagesvc.storage.local import LocalStore
-from imagesvc.tools.iiif_cache import CACHE_PREFIX, DerivativeCache
 
 
 class GatedListing(LocalStore):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from colophon import decode, detect
-from imagesvc.tools.citations import Sealer, bibliography, citation
+from imagesvc.surface.citations import Sealer, bibliography, citation
 
 URL = "https://library.example/book/demo?page=5"
 SECRET = b"unit-test-secret"

@@ -8,9 +8,9 @@ from imagesvc.access import AccessState
 from imagesvc.access.identity import Caller, Identifier
 from imagesvc.access.meter import Meter
 from imagesvc.errors import ImagesvcError
+from imagesvc.iiif.delivery import IiifRuntime
 from imagesvc.observability import Metrics
 from imagesvc.services import Services
-from imagesvc.tools.iiif import IiifRuntime
 
 __all__ = [
     "ACCESS",

@@ -9,9 +9,9 @@ import pytest
 from PIL import Image
 
 from imagesvc.errors import InvalidRequest
+from imagesvc.iiif.delivery import price_milli
+from imagesvc.iiif.image_api import Limits, Plan, parse_request, render
 from imagesvc.imaging import TierSpec
-from imagesvc.imaging.iiif import Limits, Plan, parse_request, render
-from imagesvc.tools.iiif import price_milli
 
 LIMITS = Limits(max_width=5000, max_height=5000, max_area=10_000_000)
 

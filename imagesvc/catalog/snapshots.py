@@ -39,7 +39,7 @@ __all__ = [
     "read_latest",
 ]
 
-log = logging.getLogger("imagesvc.snapshots")
+log = logging.getLogger("imagesvc.catalog.snapshots")
 
 KEEP_REMOTE = 3  # versions kept in the store: a node still downloading the one before LATEST can finish
 FORMAT = 1

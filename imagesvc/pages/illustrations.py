@@ -15,10 +15,10 @@ from aiohttp import BodyPartReader, web
 from imagesvc import tools
 from imagesvc.errors import InvalidRequest, NotFound
 from imagesvc.pages.render import render
-from imagesvc.tools.arguments import ALIASES, canonical
+from imagesvc.surface.arguments import ALIASES, canonical
 from imagesvc.tools.image_search import upload_limit
+from imagesvc.web.app_keys import SERVICES
 from imagesvc.web.image_search import read_limited
-from imagesvc.web.keys import SERVICES
 from imagesvc.web.params import QUERY_SCHEMA, query_arguments, route_name
 from imagesvc.web.rest import tool_call
 

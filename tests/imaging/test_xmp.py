@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from imagesvc.errors import ImageRejected, InvalidRequest
-from imagesvc.imaging.embed import NS_IMAGESVC, build_xmp, read_xmp, splice_xmp
+from imagesvc.imaging.xmp import NS_IMAGESVC, build_xmp, read_xmp, splice_xmp
 from tests.imaging.awkward import encode, page_image
 from tests.imaging.helpers import scan_digest
 

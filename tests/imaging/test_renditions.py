@@ -14,7 +14,7 @@ from imagesvc.errors import ImageRejected
 from imagesvc.imaging import PageRenditions, TierSpec
 from imagesvc.imaging.hashing import hamming
 from imagesvc.imaging.marks import rebake
-from imagesvc.imaging.render import render_page
+from imagesvc.imaging.renditions import render_page
 from imagesvc.imaging.tiers import fit_size
 from tests.imaging.awkward import encode, page_image, woodcut
 from tests.imaging.helpers import MARK, SPEC, pixels, psnr

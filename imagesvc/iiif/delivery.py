@@ -1,5 +1,5 @@
 """IIIF Image API sources: which stored pixels an identifier stands for, under ``/image``'s entitlement rules, plus
-the info.json document, the exact area-based image price, and rendering through the derivative cache (iiif_cache.py).
+the info.json document, the exact area-based image price, and rendering through the derivative cache (iiif/cache.py).
 
 Entitlement is never decided here: every tier is located through ``locate_image``, so a caller gets the clean tiers
 only where ``/image?clean=1`` would give them (otherwise 403), and the marked public tiers by default. The one
@@ -20,11 +20,11 @@ from typing import Any
 from PIL import Image
 
 from imagesvc.errors import NotFound
+from imagesvc.iiif.cache import DerivativeCache
+from imagesvc.iiif.image_api import FORMATS, QUALITIES, Limits, Plan, render
 from imagesvc.imaging import TierSpec
-from imagesvc.imaging.iiif import FORMATS, QUALITIES, Limits, Plan, render
 from imagesvc.services import Services
 from imagesvc.tools import Call
-from imagesvc.tools.iiif_cache import DerivativeCache
 from imagesvc.tools.image_delivery import ImageDelivery, locate_image, require_clean
 
 __all__ = [

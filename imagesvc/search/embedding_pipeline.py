@@ -22,7 +22,7 @@ from imagesvc.search.prepare import prepare_slice
 
 __all__ = ["Plan", "embed_images", "plan_for"]
 
-log = logging.getLogger("imagesvc.search.pipeline")
+log = logging.getLogger("imagesvc.search.embedding_pipeline")
 Reader = Callable[[str], Awaitable[bytes | None]]
 _END = object()
 

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from imagesvc.errors import InvalidRequest
+from imagesvc.surface.arguments import _plainly_valid, canonical, validate
 from imagesvc.tools import load_all
-from imagesvc.tools.arguments import _plainly_valid, canonical, validate
 
 SCHEMAS = {name: spec.input_schema for name, spec in load_all().items()}
 VALUES = st.one_of(

@@ -1,0 +1,1 @@
+"""What every tool shares: argument checking, the paging envelope, gallery items, citations."""
