@@ -29,14 +29,10 @@ def _bands(bits: int, count: int) -> list[tuple[int, int]]:
     return out
 
 
-def near_duplicate_groups(hashes: Sequence[str | None], max_distance: int = NEAR_DUPLICATE_BITS) -> np.ndarray:
-    """A group number per hash (int32), -1 for a hash with no near duplicate (or none at all).
-
-    ``hashes`` are hex strings of equal length (imagehash's ``str()``); malformed ones count as missing.
-    """
-    n = len(hashes)
-    values = np.zeros(n, np.uint64)
-    present = np.zeros(n, bool)
+def _parse(hashes: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray, int]:
+    """The hashes as uint64 values, which of them are present (well-formed), and their width in bits."""
+    values = np.zeros(len(hashes), np.uint64)
+    present = np.zeros(len(hashes), bool)
     bits = 0
     for i, h in enumerate(hashes):
         if h:
@@ -46,41 +42,66 @@ def near_duplicate_groups(hashes: Sequence[str | None], max_distance: int = NEAR
                 continue
             present[i] = True
             bits = max(bits, 4 * len(h))
-    parent = np.arange(n)
+    return values, present, min(bits, 64) or 64
 
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = int(parent[i])
-        return i
 
-    rows = np.flatnonzero(present)
-    for shift, width in _bands(min(bits, 64) or 64, max_distance + 1):
-        keys = (values[rows] >> np.uint64(shift)) & np.uint64((1 << width) - 1)
+def _close_pairs(distinct: np.ndarray, bits: int, max_distance: int) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs of ``distinct`` (sorted, unique values) within ``max_distance`` bits of each other.
+
+    Per band, the values are sorted by the band's bits; those sharing it form runs, and each value is compared with
+    the ones 1, 2, ... places further on only while they are still in its run, so the work is the sum of the runs'
+    squares (not the longest run times the whole table: a cluster of similar hashes stays a local cost)."""
+    firsts, seconds = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for shift, width in _bands(bits, max_distance + 1):
+        keys = (distinct >> np.uint64(shift)) & np.uint64((1 << width) - 1)
         order = np.argsort(keys, kind="stable")
-        sorted_keys, sorted_rows = keys[order], rows[order]
-        sorted_values = values[sorted_rows]
-        # Hashes sharing this band's value sit next to each other once sorted: compare each with the ones 1, 2, ...
-        # places further on while any such neighbours still share the value (the longest run bounds the loop).
+        keys, values = keys[order], distinct[order]
+        live = np.flatnonzero(keys[1:] == keys[:-1])  # positions whose next neighbour shares the band
         step = 1
-        while step < len(sorted_keys):
-            same = sorted_keys[step:] == sorted_keys[:-step]
-            if not same.any():
-                break
-            close = same & (np.bitwise_count(sorted_values[step:] ^ sorted_values[:-step]) <= max_distance)
-            for a, b in zip(sorted_rows[:-step][close].tolist(), sorted_rows[step:][close].tolist(), strict=True):
-                ra, rb = find(a), find(b)
-                if ra != rb:
-                    parent[rb] = ra
+        while len(live):
+            close = np.bitwise_count(values[live] ^ values[live + step]) <= max_distance
+            firsts.append(order[live[close]])
+            seconds.append(order[live[close] + step])
             step += 1
-    roots = np.array([find(i) for i in range(n)]) if n else np.zeros(0, np.int64)
-    group = np.full(n, -1, np.int32)
-    if n:
-        sizes = np.bincount(roots, minlength=n)
-        numbering: dict[int, int] = {}
-        for i in range(n):
-            if present[i] and sizes[roots[i]] > 1:
-                group[i] = numbering.setdefault(int(roots[i]), len(numbering))
+            live = live[live + step < len(keys)]
+            live = live[keys[live + step] == keys[live]]
+    return np.concatenate(firsts), np.concatenate(seconds)
+
+
+def _components(count: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The smallest member of each node's connected component, for ``count`` nodes joined by edges ``a``-``b``."""
+    label = np.arange(count)
+    while True:
+        low = np.minimum(label[a], label[b])
+        before = label.copy()
+        np.minimum.at(label, a, low)
+        np.minimum.at(label, b, low)
+        label = label[label]  # follow each label to its own label: components collapse in a few rounds
+        if np.array_equal(label, before):
+            return label
+
+
+def near_duplicate_groups(hashes: Sequence[str | None], max_distance: int = NEAR_DUPLICATE_BITS) -> np.ndarray:
+    """A group number per hash (int32), -1 for a hash with no near duplicate (or none at all).
+
+    ``hashes`` are hex strings of equal length (imagehash's ``str()``); malformed ones count as missing. Groups are
+    numbered in the order of their first member.
+    """
+    values, present, bits = _parse(hashes)
+    group = np.full(len(hashes), -1, np.int32)
+    rows = np.flatnonzero(present)
+    if len(rows) == 0:
+        return group
+    # Identical hashes are one picture: pairs are looked for among the distinct values only.
+    distinct, inverse, counts = np.unique(values[rows], return_inverse=True, return_counts=True)
+    root = _components(len(distinct), *_close_pairs(distinct, bits, max_distance))
+    size = np.bincount(root, weights=counts, minlength=len(distinct))
+    row_root = root[inverse]
+    grouped = size[row_root] > 1
+    roots, first = np.unique(row_root[grouped], return_index=True)
+    number = np.empty(len(distinct), np.int32)
+    number[roots[np.argsort(first, kind="stable")]] = np.arange(len(roots), dtype=np.int32)
+    group[rows[grouped]] = number[row_root[grouped]]
     return group
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import random
 
 import imagehash
 from PIL import Image, ImageDraw, ImageFilter
@@ -47,3 +48,47 @@ def test_a_rescaled_recompressed_picture_is_a_near_duplicate_of_itself() -> None
     group = near_duplicate_groups(hashes)
     assert group[0] == group[1] != -1
     assert group[2] == -1
+
+
+def _brute_force_groups(hashes: list[str | None], max_distance: int) -> list[int]:
+    """Every pair compared, components by plain union-find, groups numbered by first member: obviously right."""
+    values = [int(h, 16) if h else None for h in hashes]
+    parent = list(range(len(hashes)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i, a in enumerate(values):
+        for j in range(i + 1, len(values)):
+            b = values[j]
+            if a is not None and b is not None and (a ^ b).bit_count() <= max_distance:
+                parent[find(j)] = find(i)
+    roots = [find(i) for i in range(len(hashes))]
+    sizes = {r: roots.count(r) for r in set(roots)}
+    numbering: dict[int, int] = {}
+    return [
+        numbering.setdefault(r, len(numbering)) if values[i] is not None and sizes[r] > 1 else -1
+        for i, r in enumerate(roots)
+    ]
+
+
+def test_groups_match_every_pair_compared_on_clustered_hashes() -> None:
+    """Clusters of near and identical hashes, chains, hashes that share whole bands but are far apart, and blanks."""
+    rng = random.Random(20261122)
+    hashes: list[str | None] = []
+    for _ in range(40):  # clusters: a centre and members a few bits away, some identical
+        centre = rng.getrandbits(64)
+        for _ in range(rng.randint(1, 12)):
+            value = centre
+            for bit in rng.sample(range(64), rng.randint(0, 6)):
+                value ^= 1 << bit
+            hashes.append(f"{value:016x}")
+    for _ in range(300):  # many hashes equal in their top 48 bits, so one band is a long run of far-apart values
+        hashes.append(f"{(0xABCD_EF01_2345 << 16) | rng.getrandbits(16):016x}")
+    hashes += [None, "not-hex", "0" * 16, "0" * 16] + [f"{rng.getrandbits(64):016x}" for _ in range(200)]
+    rng.shuffle(hashes)
+    for distance in (0, 2, 4, 7):
+        expected = _brute_force_groups([h if h and h != "not-hex" else None for h in hashes], distance)
+        assert near_duplicate_groups(hashes, distance).tolist() == expected, distance
