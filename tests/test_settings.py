@@ -78,5 +78,5 @@ def test_load_settings_says_it_returns_settings() -> None:
 
     assert typing.get_type_hints(load_settings)["return"] is Settings
     assert typing.get_type_hints(build_app)["settings"] is Settings
-    assert typing.get_type_hints(Services)["settings"] is Settings
+    assert typing.get_type_hints(Services.__init__)["settings"] is Settings
     assert isinstance(load_settings({}), Settings)
