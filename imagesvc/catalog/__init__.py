@@ -96,6 +96,15 @@ class Catalog:
     def query_all(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
         return [_row(r) for r in self._conn.execute(sql, tuple(args)).fetchall()]  # type: ignore[misc]
 
+    def stream(self, sql: str, args: Iterable[Any] = ()) -> Iterator[tuple[Any, ...]]:
+        """The rows of a large read one at a time, as plain tuples with JSON columns left as text.
+
+        For table scans in a worker thread: nothing piles up, so the garbage collector has no heap of row objects
+        to walk while holding the interpreter lock the event loop needs."""
+        cursor = self._conn.cursor()
+        cursor.row_factory = None
+        yield from cursor.execute(sql, tuple(args))
+
     # -- books and pages -------------------------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:

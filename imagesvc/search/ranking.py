@@ -104,31 +104,41 @@ class GalleryTable:
 
     @classmethod
     def from_catalog(cls, catalog: Any) -> GalleryTable:
-        rows = catalog.query_all(
-            "SELECT i.id, i.book_id, i.type, coalesce(i.year, b.year) AS year, i.phash, i.subjects, i.figures,"
-            " i.symbols, (i.removed = 0 AND b.withdrawn = 0) AS live FROM illustrations i"
-            " JOIN books b ON b.id = i.book_id ORDER BY i.book_id, i.page_number, i.idx"
-        )
+        """The table of every illustration, read row by row (a worker thread builds it beside the one in use)."""
+        ids: list[str] = []
+        book: list[int] = []
+        kind: list[int] = []
+        year: list[int] = []
+        live: list[bool] = []
+        phashes: list[str | None] = []
         books: dict[str, int] = {}
         types: dict[str, int] = {}
         postings: dict[tuple[str, str], list[int]] = defaultdict(list)
-        for n, row in enumerate(rows):
-            books.setdefault(row["book_id"], len(books))
-            types.setdefault(row["type"], len(types))
-            for name in _TERM_FIELDS:
-                values = row[name] if isinstance(row[name], list) else json.loads(row[name] or "[]")
-                for value in {str(v).casefold() for v in values}:
-                    postings[(name, value)].append(n)
-        group = near_duplicate_groups([r["phash"] for r in rows])
+        rows = catalog.stream(
+            "SELECT i.id, i.book_id, i.type, coalesce(i.year, b.year), i.phash, (i.removed = 0 AND b.withdrawn = 0),"
+            " i.subjects, i.figures, i.symbols FROM illustrations i"
+            " JOIN books b ON b.id = i.book_id ORDER BY i.book_id, i.page_number, i.idx"
+        )
+        for n, (iid, book_id, type_, year_, phash, alive, *terms) in enumerate(rows):
+            ids.append(iid)
+            book.append(books.setdefault(book_id, len(books)))
+            kind.append(types.setdefault(type_, len(types)))
+            year.append(NO_YEAR if year_ is None else year_)
+            live.append(bool(alive))
+            phashes.append(phash)
+            for name, text in zip(_TERM_FIELDS, terms, strict=True):
+                if text and text != "[]":
+                    for value in {str(v).casefold() for v in json.loads(text) or ()}:
+                        postings[(name, value)].append(n)
         return cls(
-            ids=[r["id"] for r in rows],
-            book=np.array([books[r["book_id"]] for r in rows], np.int32),
+            ids=ids,
+            book=np.array(book, np.int32),
             book_ids=list(books),
-            type=np.array([types[r["type"]] for r in rows], np.int32),
+            type=np.array(kind, np.int32),
             types=list(types),
-            year=np.array([NO_YEAR if r["year"] is None else r["year"] for r in rows], np.int32),
-            live=np.array([bool(r["live"]) for r in rows], bool),
-            group=group,
+            year=np.array(year, np.int32),
+            live=np.array(live, bool),
+            group=near_duplicate_groups(phashes),
             terms={key: np.array(v, np.int64) for key, v in postings.items()},
         )
 
