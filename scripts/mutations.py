@@ -28,7 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COPIED = ("imagesvc", "tests", "pyproject.toml", "README.md", "docs", "scripts", "benchmarks", "viewer", "Makefile")
+COPIED = (
+    "imagesvc",
+    "tests",
+    "fixtures",
+    "colophon",
+    "pyproject.toml",
+    "README.md",
+    "docs",
+    "scripts",
+    "benchmarks",
+    "Makefile",
+)
+LINKED = ("viewer",)  # installed assets (hundreds of MB), read only: linked, not copied
 
 
 @dataclass(frozen=True)
@@ -171,6 +183,9 @@ def copy_tree(target: Path) -> None:
             shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", ".*cache"))
         elif source.exists():
             shutil.copy2(source, target / name)
+    for name in LINKED:
+        if (ROOT / name).exists():
+            (target / name).symlink_to(ROOT / name)
 
 
 def first_failure(output: str) -> str:

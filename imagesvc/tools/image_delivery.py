@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from colophon import Note
 from imagesvc.access.policy import CLASSES
 from imagesvc.errors import Forbidden, InvalidRequest, NotFound
+from imagesvc.imaging import TIERS
 from imagesvc.imaging.xmp import build_xmp, etag_with_xmp, splice_xmp, strip_c2pa
 from imagesvc.provenance import Delivery, SigningPaths
 from imagesvc.provenance.credentials import signing_paths
@@ -26,9 +27,7 @@ from imagesvc.services import Services
 from imagesvc.tools import Call
 from imagesvc.tools.books import require_book, unknown_book
 
-__all__ = ["IMAGE_TIERS", "ImageDelivery", "delivery_bytes", "locate_image", "require_clean"]
-
-IMAGE_TIERS = ("full", "display", "thumb")
+__all__ = ["ImageDelivery", "delivery_bytes", "locate_image", "require_clean"]
 
 
 @dataclass(frozen=True)
@@ -120,8 +119,8 @@ async def locate_image(
 ) -> ImageDelivery:
     """Resolve an ``/image`` request. Errors: ``InvalidRequest`` (400), ``Forbidden`` (403 for ``clean`` without a
     full-tier key), ``NotFound`` (404: unknown book, page or illustration, or a page with no held image)."""
-    if tier not in IMAGE_TIERS:
-        raise InvalidRequest(f"tier must be one of {', '.join(IMAGE_TIERS)}; got {tier!r}.")
+    if tier not in TIERS:
+        raise InvalidRequest(f"tier must be one of {', '.join(TIERS)}; got {tier!r}.")
     if illustration is not None and (book is not None or page is not None):
         raise InvalidRequest("Give either illustration=<id>, or book_id=<id>&page=<n>, not both.")
     if illustration is None and (book is None or page is None):
