@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from imagesvc.errors import Unavailable
 from imagesvc.imaging import PageRenditions, Rendition
 from imagesvc.imaging.xmp import strip_c2pa
-from imagesvc.provenance import Delivery, PageSource, SigningPaths
+from imagesvc.provenance import Delivery, PageSource, SigningPaths, native_streams
 from imagesvc.provenance.manifests import delivery_manifest, public_manifest
 
 __all__ = ["Credentials", "read_credentials", "sign_delivery", "sign_jpeg", "sign_page"]
@@ -70,10 +70,12 @@ def sign_jpeg(data: bytes, manifest: dict[str, Any], paths: SigningPaths) -> byt
     try:
         builder = c2pa.Builder(manifest, context=context)
         try:
+            if native_streams.AVAILABLE:
+                return native_streams.sign_in_memory_files(builder, signer, strip_c2pa(data))
             builder.sign(signer, "image/jpeg", io.BytesIO(strip_c2pa(data)), out)
         finally:
             builder.close()
-    except c2pa.C2paError as exc:
+    except (c2pa.C2paError, OSError) as exc:
         raise Unavailable(
             f"Signing the image's Content Credentials failed: {exc}", recovery=["Run `imagesvc doctor`."]
         ) from exc

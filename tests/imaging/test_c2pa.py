@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import stat
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from imagesvc.imaging.renditions import render_page
 from imagesvc.imaging.xmp import strip_c2pa
 from imagesvc.provenance import PageSource, SigningPaths
 from imagesvc.provenance.credentials import check_chain, ensure_local_ca
-from imagesvc.provenance.manifests import SOURCE_LABEL
+from imagesvc.provenance.manifests import SOURCE_LABEL, public_manifest
 from imagesvc.provenance.sign import read_credentials, sign_jpeg, sign_page
 from tests.imaging.awkward import encode, page_image
 from tests.imaging.helpers import scan_digest
@@ -123,3 +124,24 @@ def test_a_key_that_is_not_the_leafs_is_named(tmp_path: Path, ca: SigningPaths) 
     assert any("cannot read" in p for p in check_chain(missing))
     with pytest.raises(Unavailable, match="Cannot load"):
         sign_jpeg(encode(page_image(200, 150)), {"title": "t", "format": "image/jpeg"}, missing)
+
+
+def test_memory_file_signing_matches_the_public_streams(ca: SigningPaths, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The signature driven through memory files by libc (no Python stream callbacks) is what this host uses, and it
+    reads back like one made through c2pa-python's public streams: Trusted, the same assertions, the same pixels;
+    one changed byte in its scan data reads Invalid."""
+    from imagesvc.provenance import native_streams
+
+    assert native_streams.AVAILABLE or not sys.platform.startswith("linux"), "memory-file signing should work on Linux"
+    data = encode(page_image(600, 800))
+    manifest = public_manifest(SOURCE, MASTER_SHA, "jpeg", "display")
+    fast = sign_jpeg(data, manifest, ca)
+    monkeypatch.setattr(native_streams, "AVAILABLE", False)
+    slow = sign_jpeg(data, manifest, ca)
+    read_fast, read_slow = read_credentials(fast, ca.anchor), read_credentials(slow, ca.anchor)
+    assert read_fast.state == read_slow.state == "Trusted", (read_fast.failures, read_slow.failures)
+    assert read_fast.assertion(SOURCE_LABEL) == read_slow.assertion(SOURCE_LABEL)
+    assert strip_c2pa(fast) == strip_c2pa(slow) == data
+    tampered = bytearray(fast)
+    tampered[-100] ^= 0x01  # inside the entropy-coded scan, just before the end-of-image marker
+    assert read_credentials(bytes(tampered), ca.anchor).state == "Invalid"
