@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.image_serving import BOOK, PAGE, _wait, _wrk  # noqa: E402
 from tests.library import build_library  # noqa: E402
-from tests.servers import free_port  # noqa: E402
+from tests.servers import descendants, free_port  # noqa: E402
 
 KEYS = 300
 
@@ -57,19 +57,7 @@ def _serve(data: Path, port: int, workers: int, extra: dict[str, str]) -> subpro
 
 def _tree(pid: int) -> list[int]:
     """``pid`` and its descendants (a supervisor and its workers; nginx's master and workers)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo += [child for child, parent in parents.items() if parent == current]
-    return found
+    return [pid, *descendants(pid)]
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -18,7 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["S3Server", "ServerUnavailable", "free_port", "start_ceph_rgw", "start_moto", "start_redis"]
+__all__ = [
+    "S3Server",
+    "ServerUnavailable",
+    "descendants",
+    "free_port",
+    "parents",
+    "start_ceph_rgw",
+    "start_moto",
+    "start_redis",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 CEPH_SCRIPT = REPO / "scripts" / "ceph-rgw.sh"
@@ -40,6 +49,30 @@ class S3Server:
     secret_key: str
     region: str = "us-east-1"
     checks_signatures: bool = True  # moto accepts any secret; Ceph RGW rejects a wrong one
+
+
+def parents() -> dict[int, int]:
+    """Every live process's parent, read from /proc (Linux)."""
+    found: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            found[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return found
+
+
+def descendants(root: int) -> set[int]:
+    """Every live process whose chain of parents reaches ``root`` (``root`` itself not included)."""
+    by_pid = parents()
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in by_pid.items() if ppid in frontier} - found
+        found |= frontier
+    return found
 
 
 def free_port() -> int:

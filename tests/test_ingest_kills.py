@@ -29,7 +29,7 @@ from imagesvc.provenance.credentials import ensure_local_ca
 from imagesvc.storage import ObjectStore
 from imagesvc.storage.local import LocalStore
 from imagesvc.storage.s3 import S3Config, S3Store
-from tests.servers import S3Server
+from tests.servers import S3Server, descendants
 
 IMAGESVC = str(Path(sys.executable).with_name("imagesvc"))
 TABLES = ("books", "pages", "renditions", "illustrations", "collections", "collection_items")
@@ -217,23 +217,6 @@ def test_kills_against_s3_converge(reference: dict[str, Any], moto_server: S3Ser
         assert rows(tmp_path / f"trial-{trial}") == reference["rows"]
 
 
-def _descendants(root: int) -> set[int]:
-    """Every live process whose chain of parents reaches ``root``, read from /proc."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
-        found |= frontier
-    return found
-
-
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -254,7 +237,7 @@ def test_a_sigkilled_ingest_leaves_no_worker_behind(reference: dict[str, Any], t
     deadline = time.monotonic() + 60
     children: set[int] = set()
     while proc.poll() is None and time.monotonic() < deadline and len(children) < 2:
-        children = _descendants(proc.pid)
+        children = descendants(proc.pid)
         time.sleep(0.02)
     assert proc.poll() is None and len(children) >= 2, "ingest ended before its pool started"
     proc.send_signal(signal.SIGKILL)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.library import copy_library
-from tests.servers import free_port
+from tests.servers import free_port, parents
 
 PAGE = "/api/image?book=demo-speculum-fornacum&page=2&tier=thumb"
 
@@ -29,16 +29,7 @@ def data_dir(demo_library: dict[str, Any], tmp_path: Path) -> Path:
 
 
 def _children(pid: int) -> set[int]:
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.add(int(entry.name))
-    return found
+    return {child for child, parent in parents().items() if parent == pid}
 
 
 def _workers(pid: int) -> set[int]:
