@@ -138,6 +138,11 @@ def swapped_rgb_profile() -> bytes:
         b"cprt": b"text\0\0\0\0generated for tests\0",
     }
     tags[b"gTRC"] = tags[b"bTRC"] = tags[b"rTRC"]
+    return icc_profile(b"RGB ", tags)
+
+
+def icc_profile(colour_space: bytes, tags: dict[bytes, bytes]) -> bytes:
+    """An ICC v2 display profile of ``colour_space`` (b"RGB ", b"GRAY") holding ``tags`` (signature -> data)."""
     table_end = 128 + 4 + 12 * len(tags)
     table, body = b"", b""
     for sig, data in tags.items():
@@ -145,7 +150,7 @@ def swapped_rgb_profile() -> bytes:
         table += sig + struct.pack(">II", table_end + len(body), len(data))
         body += data
     total = table_end + len(body)
-    header = struct.pack(">I4sI4s4s4s", total, b"\0\0\0\0", 0x02100000, b"mntr", b"RGB ", b"XYZ ")
+    header = struct.pack(">I4sI4s4s4s", total, b"\0\0\0\0", 0x02100000, b"mntr", colour_space, b"XYZ ")
     header += b"\0" * 12 + b"acsp" + b"\0" * 24 + struct.pack(">I", 0) + _s15(0.9642) + _s15(1.0) + _s15(0.8249)
     header += b"\0" * (128 - len(header))
     return header + struct.pack(">I", len(tags)) + table + body

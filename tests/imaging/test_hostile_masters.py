@@ -15,7 +15,7 @@ from imagesvc.imaging import TierSpec
 from imagesvc.imaging.refusals import reason_of
 from imagesvc.imaging.renditions import render_page
 from tests.imaging import hostile
-from tests.imaging.awkward import encode, swapped_rgb_profile
+from tests.imaging.awkward import encode, icc_profile, swapped_rgb_profile
 from tests.imaging.helpers import MARK, pixels
 
 SPEC = TierSpec(max_pixels=60_000_000)
@@ -85,15 +85,7 @@ def _gray_profile(gamma: float, name: bytes) -> bytes:
         b"kTRC": b"curv\0\0\0\0" + struct.pack(">IH", 1, round(gamma * 256)),
         b"cprt": b"text\0\0\0\0generated for tests\0",
     }
-    table_end = 128 + 4 + 12 * len(tags)
-    table, body = b"", b""
-    for sig, data in tags.items():
-        data += b"\0" * (-len(data) % 4)
-        table += sig + struct.pack(">II", table_end + len(body), len(data))
-        body += data
-    header = struct.pack(">I4sI4s4s4s", table_end + len(body), b"\0" * 4, 0x02100000, b"mntr", b"GRAY", b"XYZ ")
-    header += b"\0" * 12 + b"acsp" + b"\0" * 24 + struct.pack(">I", 0) + struct.pack(">iii", 63190, 65536, 54061)
-    return header + b"\0" * (128 - len(header)) + struct.pack(">I", len(tags)) + table + body
+    return icc_profile(b"GRAY", tags)
 
 
 def _linear_named_srgb() -> bytes:
