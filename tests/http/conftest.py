@@ -1,14 +1,13 @@
-"""HTTP test fixtures: the demo library ingested once, a private copy per test, a client on the real app, and the
-app on a loopback port."""
+"""HTTP test fixtures: the demo library ingested once, a private copy per test, and a client on the real app."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from imagesvc.app import build_app
 from tests.library import copy_library, settings_for
@@ -35,13 +34,3 @@ def make_client(aiohttp_client: Any, data_dir: Path) -> MakeClient:
 @pytest.fixture
 async def client(make_client: MakeClient) -> TestClient:
     return await make_client()
-
-
-@pytest.fixture
-async def server(data_dir: Path) -> AsyncIterator[TestServer]:
-    """The real app on a loopback port. Searches wait for the text model (``search_wait``): tests that ask two doors
-    the same question must get one ranking, not a keyword-only answer before the model is up and a fused one after."""
-    srv = TestServer(build_app(settings_for(data_dir, search_wait=600)), host="127.0.0.1")
-    await srv.start_server()
-    yield srv
-    await srv.close()
