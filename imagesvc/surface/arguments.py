@@ -15,9 +15,11 @@ import jsonschema
 
 from imagesvc.errors import InvalidRequest
 
-__all__ = ["ALIASES", "accepted_names", "canonical", "closest", "unknown_name", "validate", "with_defaults"]
+__all__ = ["ALIASES", "YEAR", "accepted_names", "canonical", "closest", "unknown_name", "validate", "with_defaults"]
 
 ALIASES = "x-aliases"
+# A year parameter: bounded, like every whole number a tool takes (the catalog stores 64-bit integers).
+YEAR = {"type": "integer", "minimum": -9999, "maximum": 9999}
 
 
 def accepted_names(schema: dict[str, Any], skip: Iterable[str] = ()) -> list[str]:

@@ -8,6 +8,7 @@ from imagesvc.catalog.library import SORTS, BookFilters, author_name, canonical_
 from imagesvc.errors import NotFound
 from imagesvc.imaging import TIERS
 from imagesvc.services import Services
+from imagesvc.surface.arguments import YEAR
 from imagesvc.surface.citations import attribution
 from imagesvc.surface.paging import envelope
 from imagesvc.tools import Call, tool
@@ -91,8 +92,8 @@ _TEXT = {"type": "string", "minLength": 1, "maxLength": 200}
 LIST_BOOKS_SCHEMA: dict[str, Any] = {
     "properties": {
         "author_id": {**_TEXT, "description": "Canonical author slug: exactly that person's books (echoed as author)."},
-        "year_from": {"type": "integer", "description": "Edition year from (books without a year never match)."},
-        "year_to": {"type": "integer", "description": "Edition year up to, inclusive."},
+        "year_from": {**YEAR, "description": "Edition year from (books without a year never match)."},
+        "year_to": {**YEAR, "description": "Edition year up to, inclusive."},
         "language": {**_TEXT, "description": "Edition language, e.g. Latin."},
         "category": {**_TEXT, "description": "Catalogue category, e.g. alchemy."},
         "collection": {**_TEXT, "description": "Book collection slug."},

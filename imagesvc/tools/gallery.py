@@ -11,6 +11,7 @@ from imagesvc.search.engine import engine_for
 from imagesvc.search.fusion import parse_query
 from imagesvc.search.ranking import Query
 from imagesvc.services import Services
+from imagesvc.surface.arguments import YEAR
 from imagesvc.surface.items import gallery_items
 from imagesvc.surface.paging import envelope
 from imagesvc.tools import Call, tool
@@ -21,7 +22,6 @@ __all__ = ["gallery_items", "get_book_images", "get_collection", "get_image", "l
 _TERM = {"type": "string", "minLength": 1, "maxLength": 200}
 
 
-YEAR = {"type": "integer", "minimum": -9999, "maximum": 9999}
 SEARCH_SCHEMA = {
     "properties": {
         "query": {

@@ -49,3 +49,33 @@ def test_errors_name_the_parameter_and_aliases_are_one_name() -> None:
     assert canonical("search_images", schema, {"q": "x", "book": "b"}) == {"query": "x", "book_id": "b"}
     with pytest.raises(InvalidRequest):
         canonical("search_images", schema, {"q": "x", "query": "y"})
+
+
+def _integers(schema: Any, path: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every integer-typed schema inside ``schema`` (properties, items, alternatives), with where it is."""
+    found = []
+    if isinstance(schema, dict):
+        kinds = schema.get("type")
+        if kinds == "integer" or (isinstance(kinds, list) and "integer" in kinds):
+            found.append((path, schema))
+        for key, value in schema.items():
+            found += _integers(value, f"{path}.{key}")
+    elif isinstance(schema, list):
+        for i, value in enumerate(schema):
+            found += _integers(value, f"{path}[{i}]")
+    return found
+
+
+def test_every_whole_number_a_tool_takes_is_bounded() -> None:
+    """A caller's integer reaches SQLite, whose integers are 64-bit: an unbounded one (a year of 2**91) was a 500.
+    So every integer a tool's input schema declares has both bounds, and the year bounds are one definition."""
+    unbounded = [
+        f"{name}{where}"
+        for name, tool in load_all().items()
+        for where, rule in _integers(tool.input_schema, "")
+        if "minimum" not in rule
+        or "maximum" not in rule
+        or abs(rule["maximum"]) >= 2**63
+        or abs(rule["minimum"]) >= 2**63
+    ]
+    assert not unbounded, unbounded
