@@ -175,7 +175,7 @@ def test_sighup_stops_neither_the_supervisor_nor_its_workers(serve: Any) -> None
 _DELIVERIES = """
 import resource, sys
 from pathlib import Path
-from imagesvc.imaging.xmp import build_xmp, splice_xmp
+from imagesvc.imaging.xmp import build_xmp
 from imagesvc.provenance import Delivery
 from imagesvc.provenance.credentials import ensure_local_ca
 from imagesvc.provenance.sign import sign_delivery
@@ -188,8 +188,7 @@ paths = ensure_local_ca(data / "c2pa", "test")
 delivery = Delivery("a.jpg", "0" * 64, True, "k1", "2026-01-01", "images", "inst", "ed", "https://x", "site")
 
 def deliver():
-    body = splice_xmp(stored.read_bytes(), build_xmp({"requester": "k1"}))
-    return sign_delivery(body, delivery, paths)
+    return sign_delivery(stored.read_bytes(), build_xmp({"requester": "k1"}), delivery, paths)
 
 for _ in range(10):
     deliver()

@@ -10,7 +10,16 @@ from xml.sax.saxutils import escape
 
 from imagesvc.errors import ImageRejected, InvalidRequest
 
-__all__ = ["NS_IMAGESVC", "XMP_HEADER", "build_xmp", "etag_with_xmp", "read_xmp", "splice_xmp", "strip_c2pa"]
+__all__ = [
+    "NS_IMAGESVC",
+    "XMP_HEADER",
+    "build_xmp",
+    "etag_with_xmp",
+    "read_xmp",
+    "signable_pieces",
+    "splice_xmp",
+    "strip_c2pa",
+]
 
 XMP_HEADER = b"http://ns.adobe.com/xap/1.0/\x00"
 _XMP_EXTENSION = b"http://ns.adobe.com/xmp/extension/\x00"
@@ -68,27 +77,52 @@ def _is_xmp(seg: _Segment) -> bool:
     return seg.marker == _APP1 and seg.payload.startswith((XMP_HEADER, _XMP_EXTENSION))
 
 
-def splice_xmp(jpeg: bytes, xmp_xml: str) -> bytes:
-    """Return ``jpeg`` with its XMP replaced by (or set to) ``xmp_xml``; the image data is copied untouched.
-
-    The new APP1 segment goes right after the leading APP0 (JFIF) and APP1 (Exif) segments; any old standard or
-    extended XMP segment is dropped. Raises ``InvalidRequest`` if the packet does not fit one segment (65,504 bytes of
-    XML) and ``ImageRejected`` if ``jpeg`` is not a well-formed JPEG.
-    """
+def _xmp_segment(xmp_xml: str) -> bytes:
     packet = xmp_xml.encode("utf-8")
     payload = XMP_HEADER + packet
     if len(payload) > _MAX_PAYLOAD:
         raise InvalidRequest(f"XMP packet of {len(packet):,} bytes exceeds one APP1 segment (at most 65,504 bytes)")
+    return b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
+
+
+def _pieces(jpeg: bytes, xmp_xml: str | None, *, drop_c2pa: bool) -> tuple[list[bytes | memoryview], int]:
+    """``jpeg`` cut into pieces (views, not copies) that join into the file with its XMP set to ``xmp_xml`` (kept as
+    it is when None) and, if ``drop_c2pa``, without its C2PA manifest; and how many pieces precede the new XMP
+    segment: the start-of-image marker and the leading APP0 (JFIF) and APP1 (Exif) segments, which readers expect
+    first."""
+    segment = None if xmp_xml is None else _xmp_segment(xmp_xml)
     segments, sos = _segments(jpeg)
-    kept = [seg for seg in segments if not _is_xmp(seg)]
+    kept = [
+        seg for seg in segments if not (segment is not None and _is_xmp(seg)) and not (drop_c2pa and _is_jumbf(seg))
+    ]
     lead = 0
     while lead < len(kept) and (
         kept[lead].marker == _APP0 or (kept[lead].marker == _APP1 and kept[lead].payload.startswith(_EXIF_HEADER))
     ):
         lead += 1
-    segment = b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
-    head = [jpeg[seg.start : seg.end] for seg in kept]
-    return b"".join([b"\xff\xd8", *head[:lead], segment, *head[lead:], jpeg[sos:]])
+    view = memoryview(jpeg)
+    head = [view[seg.start : seg.end] for seg in kept]
+    new = [] if segment is None else [segment]
+    return [b"\xff\xd8", *head[:lead], *new, *head[lead:], view[sos:]], 1 + lead
+
+
+def splice_xmp(jpeg: bytes, xmp_xml: str, *, drop_c2pa: bool = False) -> bytes:
+    """Return ``jpeg`` with its XMP replaced by (or set to) ``xmp_xml``; the image data is copied untouched.
+
+    The new APP1 segment goes right after the leading APP0 (JFIF) and APP1 (Exif) segments; any old standard or
+    extended XMP segment is dropped, and with ``drop_c2pa`` any C2PA manifest (which the new note would break).
+    Raises ``InvalidRequest`` if the packet does not fit one segment (65,504 bytes of XML) and ``ImageRejected`` if
+    ``jpeg`` is not a well-formed JPEG.
+    """
+    return b"".join(_pieces(jpeg, xmp_xml, drop_c2pa=drop_c2pa)[0])
+
+
+def signable_pieces(jpeg: bytes, xmp_xml: str | None = None) -> tuple[list[bytes | memoryview], int]:
+    """The pieces that join into ``jpeg`` ready to sign (its C2PA manifest dropped and, when ``xmp_xml`` is given,
+    its XMP set to it: see ``splice_xmp``), and the index among them where a C2PA manifest goes: right after the
+    leading APP0 and Exif segments. The image data is a view of ``jpeg``, not a copy.
+    """
+    return _pieces(jpeg, xmp_xml, drop_c2pa=True)
 
 
 def _is_jumbf(seg: _Segment) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import stat
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from imagesvc.errors import Unavailable
 from imagesvc.imaging import MarkSpec, TierSpec
 from imagesvc.imaging.renditions import render_page
-from imagesvc.imaging.xmp import strip_c2pa
+from imagesvc.imaging.xmp import signable_pieces, splice_xmp, strip_c2pa
 from imagesvc.provenance import PageSource, SigningPaths
 from imagesvc.provenance.credentials import check_chain, ensure_local_ca
 from imagesvc.provenance.manifests import SOURCE_LABEL, public_manifest
@@ -126,22 +125,65 @@ def test_a_key_that_is_not_the_leafs_is_named(tmp_path: Path, ca: SigningPaths) 
         sign_jpeg(encode(page_image(200, 150)), {"title": "t", "format": "image/jpeg"}, missing)
 
 
-def test_memory_file_signing_matches_the_public_streams(ca: SigningPaths, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The signature driven through memory files by libc (no Python stream callbacks) is what this host uses, and it
-    reads back like one made through c2pa-python's public streams: Trusted, the same assertions, the same pixels;
-    one changed byte in its scan data reads Invalid."""
-    from imagesvc.provenance import native_streams
+def test_data_hashed_signing_matches_the_public_streams(ca: SigningPaths, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The data-hashed signature (this service hashes and places the manifest) is what this host uses, and it reads
+    back like one made by c2pa-python's ``Builder.sign``: Trusted, the same assertions, the same image bytes."""
+    from imagesvc.provenance import data_hashed
 
-    assert native_streams.AVAILABLE or not sys.platform.startswith("linux"), "memory-file signing should work on Linux"
+    assert data_hashed.AVAILABLE, "c2pa-python's native library should have the data-hashed functions"
     data = encode(page_image(600, 800))
     manifest = public_manifest(SOURCE, MASTER_SHA, "jpeg", "display")
     fast = sign_jpeg(data, manifest, ca)
-    monkeypatch.setattr(native_streams, "AVAILABLE", False)
+    monkeypatch.setattr(data_hashed, "AVAILABLE", False)
     slow = sign_jpeg(data, manifest, ca)
     read_fast, read_slow = read_credentials(fast, ca.anchor), read_credentials(slow, ca.anchor)
     assert read_fast.state == read_slow.state == "Trusted", (read_fast.failures, read_slow.failures)
     assert read_fast.assertion(SOURCE_LABEL) == read_slow.assertion(SOURCE_LABEL)
     assert strip_c2pa(fast) == strip_c2pa(slow) == data
-    tampered = bytearray(fast)
-    tampered[-100] ^= 0x01  # inside the entropy-coded scan, just before the end-of-image marker
-    assert read_credentials(bytes(tampered), ca.anchor).state == "Invalid"
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    out = bytearray(data)
+    out[at] ^= 0x01
+    return bytes(out)
+
+
+@pytest.mark.parametrize("layout", ["jfif", "jfif+exif+xmp", "bare"])
+def test_every_byte_outside_the_manifest_is_bound(ca: SigningPaths, layout: str) -> None:
+    """The manifest's one exclusion is exactly its own place: a flipped byte before it (the JFIF header), right after
+    it (the XMP note naming the requester), in the scan or at the end of image reads Invalid, wherever the file's
+    leading segments put the manifest; so does the manifest cut out, or moved behind the XMP note."""
+    data = encode(page_image(400, 300))
+    if layout == "jfif+exif+xmp":
+        exif = b"Exif\x00\x00" + b"MM\x00*\x00\x00\x00\x08\x00\x00"
+        data = splice_xmp(data[:2] + b"\xff\xe1" + (len(exif) + 2).to_bytes(2, "big") + exif + data[2:], "<x/>")
+    elif layout == "bare":  # no JFIF segment: the manifest goes right after the start-of-image marker
+        data = data[:2] + data[4 + int.from_bytes(data[4:6], "big") :]
+    signed = sign_jpeg(data, public_manifest(SOURCE, MASTER_SHA, "jpeg", "display"), ca)
+    assert read_credentials(signed, ca.anchor).state == "Trusted"
+    pieces, slot = signable_pieces(data)
+    start = sum(len(piece) for piece in pieces[:slot])
+    end = start + len(signed) - len(data)
+    assert signed[:start] == data[:start] and signed[end:] == data[start:]
+    for at in {0, 3, start - 1, end, end + 5, (end + len(signed)) // 2, len(signed) - 1}:
+        assert read_credentials(_flip(signed, at), ca.anchor).state != "Trusted", (layout, at)
+    later = splice_xmp(signed, "<x>moved</x>")
+    assert read_credentials(later, ca.anchor).state != "Trusted"
+    assert read_credentials(signed[:start] + signed[end:], ca.anchor).state is None
+
+
+def test_a_wrongly_remembered_manifest_length_is_never_signed_into_a_file(ca: SigningPaths) -> None:
+    """The manifest's length is remembered per shape of definition; when it is wrong (here: poisoned), the file is
+    signed again with the length c2pa asks for, and reads Trusted."""
+    from imagesvc.provenance import data_hashed
+
+    data = encode(page_image(300, 200))
+    manifest = public_manifest(SOURCE, MASTER_SHA, "jpeg", "display")
+    data_hashed._LENGTHS.clear()
+    sign_jpeg(data, manifest, ca)
+    assert data_hashed._LENGTHS, "the first signature should remember its manifest's length"
+    for shape in data_hashed._LENGTHS:
+        data_hashed._LENGTHS[shape] += 7
+    signed = sign_jpeg(data, manifest, ca)
+    assert read_credentials(signed, ca.anchor).state == "Trusted"
+    assert list(data_hashed._LENGTHS.values()) == [len(signed) - len(data)]
