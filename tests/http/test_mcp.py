@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +23,9 @@ from imagesvc.access import MILLI
 from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.api_keys import create_key
-from imagesvc.web.app_keys import ACCESS
+from imagesvc.search.by_image import matcher_for
+from imagesvc.search.engine import engine_for
+from imagesvc.web.app_keys import ACCESS, SERVICES
 from tests.library import settings_for
 
 BOOK = "demo-speculum-fornacum"
@@ -142,7 +146,23 @@ async def test_the_official_client_and_a_plain_post_list_the_same_tools(server: 
         assert in_query | in_path == set(plain[operation["x-tool"]]["inputSchema"]["properties"]), path
 
 
+async def _search_settled(server: TestServer, limit: float = 300.0) -> None:
+    """Wait until the server's searches answer in full: the window hashes for search by image built and the text
+    model loaded (or off). Until then a search answers with what is there, and two doors asked a moment apart differ."""
+    services = server.app[SERVICES]
+    matcher, dense = matcher_for(services), engine_for(services).dense
+    deadline = time.monotonic() + limit
+    while True:
+        blocks = await matcher.ready() is not None and matcher.state().startswith("ready")
+        text = dense.model is None or bool(dense.error) or await dense.ready()
+        if blocks and text:
+            return
+        assert time.monotonic() < deadline, (matcher.state(), dense.describe())
+        await asyncio.sleep(0.2)
+
+
 async def test_every_tool_answers_the_official_client_as_it_answers_a_plain_post(server: TestServer) -> None:
+    await _search_settled(server)
     async with mcp_session(server) as session:
         args = await examples(session)
         names = sorted(t.name for t in (await session.list_tools()).tools)
