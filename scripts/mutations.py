@@ -66,6 +66,22 @@ MUTATIONS = [
         ),
     ),
     Mutation(
+        "stored-run-by-key-only",
+        "a stored object's hashed segments are kept per object key and content (ETag), never by key alone",
+        "imagesvc/tools/image_delivery.py",
+        "    stored_key = (stored.info.key, stored.info.etag, len(data))\n",
+        "    stored_key = (stored.info.key,)\n",
+        ("tests/http/test_image_c2pa.py::test_an_object_rewritten_in_place_is_signed_over_its_new_bytes",),
+    ),
+    Mutation(
+        "box-hash-skips-trailing-bytes",
+        "a file c2pa's box map would not cover exactly (bytes after the end of image) is signed with a data hash",
+        "imagesvc/provenance/box_hashed.py",
+        '            return [*names, "EOI"] if pos + 2 == size else None\n',
+        '            return [*names, "EOI"]\n',
+        ("tests/imaging/test_c2pa.py::test_every_byte_outside_the_manifest_is_bound",),
+    ),
+    Mutation(
         "strict-accepts-unknown",
         "a route that declares no parameters refuses any query parameter (params.strict)",
         "imagesvc/web/params.py",

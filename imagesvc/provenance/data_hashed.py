@@ -1,5 +1,8 @@
 """Signing a JPEG through C2PA's data-hashed flow: this service places the manifest and hashes the file itself.
 
+Deliveries and tiers are box-hashed (``box_hashed``) where c2pa's box map tiles the file; this is for the rest, and
+its one hash covers every byte but the manifest's place.
+
 ``Builder.sign`` hands c2pa the whole file as a stream: c2pa reads it, writes a copy with a placeholder, hashes it
 and patches the signature in, calling back into Python for every read, write and seek (about ninety a display tier),
 each taking the GIL back from the event loop. Here the definition carries a ``c2pa.hash.data`` assertion; ``hashlib``

@@ -10,9 +10,10 @@ from __future__ import annotations
 import io
 import json
 import threading
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import c2pa
 from cryptography.hazmat.primitives import serialization
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from imagesvc.errors import Unavailable
 from imagesvc.imaging import PageRenditions, Rendition
 from imagesvc.imaging.xmp import signable_pieces
-from imagesvc.provenance import Delivery, PageSource, SigningPaths, data_hashed
+from imagesvc.provenance import Delivery, PageSource, SigningPaths, box_hashed, data_hashed
 from imagesvc.provenance.manifests import delivery_manifest, public_manifest
 
 __all__ = ["Credentials", "read_credentials", "sign_delivery", "sign_jpeg", "sign_page"]
@@ -30,41 +31,68 @@ _SIGN_SETTINGS = {"builder": {"thumbnail": {"enabled": False}}, "verify": {"veri
 _local = threading.local()
 
 
-def _signer(paths: SigningPaths) -> tuple[c2pa.Context, c2pa.Signer]:
-    cache: dict[SigningPaths, tuple[c2pa.Context, c2pa.Signer]] = _local.__dict__.setdefault("signers", {})
+class _Signing(NamedTuple):
+    """One thread's c2pa objects for one signing key: a context and a signer (data-hashed signing and
+    ``Builder.sign``), and a context that holds a signer of its own (box-hashed signing takes the context's)."""
+
+    context: c2pa.Context
+    signer: c2pa.Signer
+    signer_context: c2pa.Context
+
+
+def _signing(paths: SigningPaths) -> _Signing:
+    cache: dict[SigningPaths, _Signing] = _local.__dict__.setdefault("signers", {})
     if paths not in cache:
         try:
             pem = paths.key.read_bytes()
             key = serialization.load_pem_private_key(pem, password=None)
             if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
                 raise ValueError("the private key is not a P-256 ECDSA key (ES256 needs one)")
-            signer = c2pa.Signer.from_info(c2pa.C2paSignerInfo(b"es256", paths.chain.read_bytes(), pem, None))
-            context = c2pa.Context(settings=c2pa.Settings.from_dict(_SIGN_SETTINGS))
+            chain = paths.chain.read_bytes()
+
+            def signer() -> c2pa.Signer:
+                return c2pa.Signer.from_info(c2pa.C2paSignerInfo(b"es256", chain, pem, None))
+
+            settings = c2pa.Settings.from_dict(_SIGN_SETTINGS)
+            cache[paths] = _Signing(
+                c2pa.Context(settings=settings), signer(), c2pa.Context(settings=settings, signer=signer())
+            )
         except (OSError, ValueError, c2pa.C2paError) as exc:
             raise Unavailable(
                 f"Cannot load the C2PA signing key or chain ({paths.chain}): {exc}",
                 recovery=["Run `imagesvc doctor`; docs/provenance.md says what the chain needs."],
             ) from exc
-        cache[paths] = (context, signer)
     return cache[paths]
 
 
-def sign_jpeg(data: bytes, manifest: dict[str, Any], paths: SigningPaths, xmp: str | None = None) -> bytes:
+def sign_jpeg(
+    data: bytes,
+    manifest: dict[str, Any],
+    paths: SigningPaths,
+    xmp: str | None = None,
+    stored_key: Hashable | None = None,
+) -> bytes:
     """``data`` (a JPEG; any C2PA manifest it carries is dropped first, and its XMP note set to ``xmp`` when given)
-    signed with ``manifest``.
+    signed with ``manifest``. ``stored_key`` (an object key and the store's strong ETag) names ``data`` as a stored
+    object whose unchanging segments need hashing only once.
 
     Raises ``Unavailable`` when the key cannot be loaded or c2pa refuses to sign (the message says why), and
     ``ImageRejected`` when ``data`` is not a well-formed JPEG.
     """
-    context, signer = _signer(paths)
+    signing = _signing(paths)
     pieces, slot = signable_pieces(data, xmp)
     out = io.BytesIO()
     try:
+        if box_hashed.AVAILABLE:
+            fresh = 0 if xmp is None else 1  # the new note is the piece at the manifest's place
+            signed = box_hashed.sign_box_hashed(manifest, signing.signer_context, pieces, slot, fresh, stored_key)
+            if signed is not None:
+                return signed
         if data_hashed.AVAILABLE:
-            return data_hashed.sign_data_hashed(manifest, context, signer, pieces, slot)
-        builder = c2pa.Builder(manifest, context=context)
+            return data_hashed.sign_data_hashed(manifest, signing.context, signing.signer, pieces, slot)
+        builder = c2pa.Builder(manifest, context=signing.context)
         try:
-            builder.sign(signer, "image/jpeg", io.BytesIO(b"".join(pieces)), out)
+            builder.sign(signing.signer, "image/jpeg", io.BytesIO(b"".join(pieces)), out)
         finally:
             builder.close()
     except (c2pa.C2paError, OSError) as exc:
@@ -96,10 +124,13 @@ def sign_page(page: PageRenditions, source: PageSource, master_sha256: str, path
     return replace(page, public=signed(page.clean, page.public), illustrations=illustrations)
 
 
-def sign_delivery(stored: bytes, xmp: str, delivery: Delivery, paths: SigningPaths) -> bytes:
+def sign_delivery(
+    stored: bytes, xmp: str, delivery: Delivery, paths: SigningPaths, stored_key: Hashable | None = None
+) -> bytes:
     """The bytes of one delivery to a key: the ``stored`` tier with its XMP note set to ``xmp``, then signed with a
-    per-request manifest (mark, then note, then signature: anything written after signing would break it)."""
-    return sign_jpeg(stored, delivery_manifest(delivery), paths, xmp)
+    per-request manifest (mark, then note, then signature: anything written after signing would break it).
+    ``stored_key``: see ``sign_jpeg``."""
+    return sign_jpeg(stored, delivery_manifest(delivery), paths, xmp, stored_key)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,6 @@ async def image(request: web.Request, arguments: dict[str, Any]) -> web.StreamRe
         return web.Response(status=304, headers=headers)  # a 304 delivers nothing and counts nothing
     await call.meter.reserve("images", 1)  # on a HEAD the meter only checks: a 429 where GET gets one, nothing spent
     stored = await services.store.get(delivery.key)
-    body = await delivery_bytes(services, delivery, stored.data)  # XMP note, then the C2PA manifest for a key
+    body = await delivery_bytes(services, delivery, stored)  # XMP note, then the C2PA manifest for a key
     headers["Content-Disposition"] = f'inline; filename="{delivery.filename}"'
     return BytesResponse(body, content_type="image/jpeg", headers=headers)

@@ -14,6 +14,7 @@ from imagesvc.catalog import Catalog
 from imagesvc.imaging.xmp import read_xmp, strip_c2pa
 from imagesvc.provenance.manifests import DELIVERY_LABEL, SOURCE_LABEL
 from imagesvc.provenance.sign import Credentials, read_credentials
+from imagesvc.web.app_keys import SERVICES
 from tests.http.conftest import MakeClient
 from tests.http.keys import new_key
 
@@ -102,6 +103,23 @@ async def test_clean_copy_says_no_mark_and_to_whom(client: TestClient, data_dir:
     assert published["action"] == "c2pa.published"
     assert "no visible mark applied" in published["description"] and key_id in published["description"]
     assert not any("mark drawn" in a.get("description", "") for a in _actions(found))
+
+
+async def test_an_object_rewritten_in_place_is_signed_over_its_new_bytes(client: TestClient, data_dir: Path) -> None:
+    """Clean copies live at fixed keys that a re-ingest or a rebake writes over. The hash of a stored object's
+    unchanging segments is kept per object key and the store's ETag, so a delivery after the rewrite binds the new
+    bytes: both deliveries read Trusted, and they differ."""
+    key, _ = new_key(data_dir, "full")
+    headers, params = {"Authorization": f"Bearer {key}"}, {**PAGE, "clean": "1"}
+    first = await (await client.get("/api/image", params=params, headers=headers)).read()
+    _trusted(first, data_dir)
+    tiers = _page_row(data_dir)["renditions"]
+    store = client.app[SERVICES].store
+    other = (await store.get(tiers["thumb"]["clean_key"])).data
+    await store.put(tiers["display"]["clean_key"], other, content_type="image/jpeg")
+    second = await (await client.get("/api/image", params=params, headers=headers)).read()
+    _trusted(second, data_dir)
+    assert strip_c2pa(second) != strip_c2pa(first)
 
 
 async def test_concurrent_deliveries_each_name_their_own_key(client: TestClient, data_dir: Path) -> None:

@@ -18,7 +18,8 @@ from imagesvc.errors import Unavailable
 from imagesvc.imaging import MarkSpec, TierSpec
 from imagesvc.imaging.renditions import render_page
 from imagesvc.imaging.xmp import signable_pieces, splice_xmp, strip_c2pa
-from imagesvc.provenance import PageSource, SigningPaths
+from imagesvc.provenance import PageSource, SigningPaths, box_hashed
+from imagesvc.provenance.box_hashed import box_names
 from imagesvc.provenance.credentials import check_chain, ensure_local_ca
 from imagesvc.provenance.manifests import SOURCE_LABEL, public_manifest
 from imagesvc.provenance.sign import read_credentials, sign_jpeg, sign_page
@@ -125,21 +126,39 @@ def test_a_key_that_is_not_the_leafs_is_named(tmp_path: Path, ca: SigningPaths) 
         sign_jpeg(encode(page_image(200, 150)), {"title": "t", "format": "image/jpeg"}, missing)
 
 
-def test_data_hashed_signing_matches_the_public_streams(ca: SigningPaths, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The data-hashed signature (this service hashes and places the manifest) is what this host uses, and it reads
-    back like one made by c2pa-python's ``Builder.sign``: Trusted, the same assertions, the same image bytes."""
-    from imagesvc.provenance import data_hashed
+PATHS = ["box-hashed", "data-hashed", "Builder.sign"]
 
-    assert data_hashed.AVAILABLE, "c2pa-python's native library should have the data-hashed functions"
+
+def _use(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sign through ``path``: turn off the faster paths before it."""
+    from imagesvc.provenance import box_hashed, data_hashed
+
+    assert box_hashed.AVAILABLE and data_hashed.AVAILABLE, "c2pa-python's native library should have both functions"
+    if path != "box-hashed":
+        monkeypatch.setattr(box_hashed, "AVAILABLE", False)
+    if path == "Builder.sign":
+        monkeypatch.setattr(data_hashed, "AVAILABLE", False)
+
+
+def test_every_signing_path_reads_back_alike(ca: SigningPaths, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Box-hashed (what this host uses), data-hashed (its fallback) and c2pa-python's ``Builder.sign`` (where neither
+    native function exists) give files that read back alike: Trusted, the same assertions, the same image bytes."""
     data = encode(page_image(600, 800))
     manifest = public_manifest(SOURCE, MASTER_SHA, "jpeg", "display")
-    fast = sign_jpeg(data, manifest, ca)
-    monkeypatch.setattr(data_hashed, "AVAILABLE", False)
-    slow = sign_jpeg(data, manifest, ca)
-    read_fast, read_slow = read_credentials(fast, ca.anchor), read_credentials(slow, ca.anchor)
-    assert read_fast.state == read_slow.state == "Trusted", (read_fast.failures, read_slow.failures)
-    assert read_fast.assertion(SOURCE_LABEL) == read_slow.assertion(SOURCE_LABEL)
-    assert strip_c2pa(fast) == strip_c2pa(slow) == data
+    files = {}
+    for path in PATHS:
+        with monkeypatch.context() as patch:
+            _use(path, patch)
+            files[path] = sign_jpeg(data, manifest, ca)
+    read = {}
+    for path, signed in files.items():
+        found = read_credentials(signed, ca.anchor)
+        assert found.state == "Trusted", (path, found.failures)
+        assert strip_c2pa(signed) == data, path
+        actions = [(a["action"], a.get("description")) for a in found.assertion("c2pa.actions.v2")["actions"]]
+        read[path] = (found.assertion(SOURCE_LABEL), actions)
+    assert read["box-hashed"] == read["data-hashed"] == read["Builder.sign"]
+    assert read["box-hashed"][0]["citation_url"] == SOURCE.citation_url
 
 
 def _flip(data: bytes, at: int) -> bytes:
@@ -148,17 +167,24 @@ def _flip(data: bytes, at: int) -> bytes:
     return bytes(out)
 
 
-@pytest.mark.parametrize("layout", ["jfif", "jfif+exif+xmp", "bare"])
-def test_every_byte_outside_the_manifest_is_bound(ca: SigningPaths, layout: str) -> None:
-    """The manifest's one exclusion is exactly its own place: a flipped byte before it (the JFIF header), right after
+@pytest.mark.parametrize("path", PATHS[:2])
+@pytest.mark.parametrize("layout", ["jfif", "jfif+exif+xmp", "bare", "trailing"])
+def test_every_byte_outside_the_manifest_is_bound(
+    ca: SigningPaths, layout: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the manifest's own place is left out of the hash: a flipped byte before it (the JFIF header), right after
     it (the XMP note naming the requester), in the scan or at the end of image reads Invalid, wherever the file's
-    leading segments put the manifest; so does the manifest cut out, or moved behind the XMP note."""
+    leading segments put the manifest, and bytes after the end of image too (box hashing leaves such a file to the
+    data hash); so does the manifest cut out, or moved behind the XMP note."""
+    _use(path, monkeypatch)
     data = encode(page_image(400, 300))
     if layout == "jfif+exif+xmp":
         exif = b"Exif\x00\x00" + b"MM\x00*\x00\x00\x00\x08\x00\x00"
         data = splice_xmp(data[:2] + b"\xff\xe1" + (len(exif) + 2).to_bytes(2, "big") + exif + data[2:], "<x/>")
     elif layout == "bare":  # no JFIF segment: the manifest goes right after the start-of-image marker
         data = data[:2] + data[4 + int.from_bytes(data[4:6], "big") :]
+    elif layout == "trailing":  # bytes after the end of image, which c2pa's box map does not cover
+        data += b"trailing bytes a box hash would not bind"
     signed = sign_jpeg(data, public_manifest(SOURCE, MASTER_SHA, "jpeg", "display"), ca)
     assert read_credentials(signed, ca.anchor).state == "Trusted"
     pieces, slot = signable_pieces(data)
@@ -172,14 +198,17 @@ def test_every_byte_outside_the_manifest_is_bound(ca: SigningPaths, layout: str)
     assert read_credentials(signed[:start] + signed[end:], ca.anchor).state is None
 
 
-def test_a_wrongly_remembered_manifest_length_is_never_signed_into_a_file(ca: SigningPaths) -> None:
-    """The manifest's length is remembered per shape of definition; when it is wrong (here: poisoned), the file is
-    signed again with the length c2pa asks for, and reads Trusted."""
-    from imagesvc.provenance import data_hashed
+def test_a_wrongly_remembered_manifest_length_is_never_signed_into_a_file(
+    ca: SigningPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a data hash, the manifest's length is remembered per shape of definition; when it is wrong (here:
+    poisoned), the file is signed again with the length c2pa asks for, and reads Trusted."""
+    from imagesvc.provenance import box_hashed, data_hashed
 
     data = encode(page_image(300, 200))
     manifest = public_manifest(SOURCE, MASTER_SHA, "jpeg", "display")
     data_hashed._LENGTHS.clear()
+    monkeypatch.setattr(box_hashed, "AVAILABLE", False)
     sign_jpeg(data, manifest, ca)
     assert data_hashed._LENGTHS, "the first signature should remember its manifest's length"
     for shape in data_hashed._LENGTHS:
@@ -187,3 +216,28 @@ def test_a_wrongly_remembered_manifest_length_is_never_signed_into_a_file(ca: Si
     signed = sign_jpeg(data, manifest, ca)
     assert read_credentials(signed, ca.anchor).state == "Trusted"
     assert list(data_hashed._LENGTHS.values()) == [len(signed) - len(data)]
+
+
+def test_box_names_tile_only_what_c2pa_maps() -> None:
+    """The box names match c2pa's map of a plain JPEG; files its map would not cover exactly get None (and a data
+    hash): fill bytes before a marker, bytes after the end of image, a truncated scan, an APP11 segment."""
+    data = encode(page_image(120, 90))
+    names = box_names(data)
+    assert names is not None and names[:2] == ["SOI", "APP0"] and names[-2:] == ["SOS", "EOI"]
+    assert "DQT" in names and "SOF0" in names and "DHT" in names
+    assert box_names(data[:2] + b"\xff" + data[2:]) is None
+    assert box_names(data + b"x") is None
+    assert box_names(data[:-2]) is None
+    assert box_names(data[:2] + b"\xff\xeb\x00\x04ab" + data[2:]) is None
+
+
+def test_the_stored_run_is_hashed_once_per_object_and_content(ca: SigningPaths) -> None:
+    """A stored object's unchanging segments are hashed once per (object key, ETag); the same key with other content
+    (a rewrite in place) is another entry, and both deliveries read Trusted."""
+    first, second = encode(page_image(300, 200)), encode(page_image(200, 300))
+    manifest = public_manifest(SOURCE, MASTER_SHA, "jpeg", "display")
+    for data, etag in ((first, "e1"), (first, "e1"), (second, "e2")):
+        signed = sign_jpeg(data, manifest, ca, "<x>note</x>", ("clean/b/1/display.jpg", etag, len(data)))
+        assert read_credentials(signed, ca.anchor).state == "Trusted", etag
+    kept = {key for key in box_hashed.STORED_RUNS._runs if key[0] == "clean/b/1/display.jpg"}
+    assert kept == {("clean/b/1/display.jpg", "e1", len(first)), ("clean/b/1/display.jpg", "e2", len(second))}
