@@ -1,13 +1,14 @@
-"""HTTP test fixtures: the demo library ingested once, a private copy per test, and a client on the real app."""
+"""HTTP test fixtures: the demo library ingested once, a private copy per test, and a client or a loopback server on
+the real app."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 
 from imagesvc.app import build_app
 from tests.library import copy_library, settings_for
@@ -34,3 +35,13 @@ def make_client(aiohttp_client: Any, data_dir: Path) -> MakeClient:
 @pytest.fixture
 async def client(make_client: MakeClient) -> TestClient:
     return await make_client()
+
+
+@pytest.fixture
+async def server(data_dir: Path) -> AsyncIterator[TestServer]:
+    """The real app on a loopback port, for clients that bring their own HTTP stack (the official MCP client, raw
+    sockets)."""
+    srv = TestServer(build_app(settings_for(data_dir)), host="127.0.0.1")
+    await srv.start_server()
+    yield srv
+    await srv.close()

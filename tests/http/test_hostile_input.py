@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
 
@@ -21,14 +19,6 @@ from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.api_keys import create_key
 from tests.library import settings_for
-
-
-@pytest.fixture
-async def server(data_dir: Path) -> AsyncIterator[TestServer]:
-    srv = TestServer(build_app(settings_for(data_dir)), host="127.0.0.1")
-    await srv.start_server()
-    yield srv
-    await srv.close()
 
 
 def strict_json(text: str) -> Any:

@@ -20,25 +20,14 @@ from mcp.client.streamable_http import streamable_http_client
 
 from imagesvc import tools
 from imagesvc.access import MILLI
-from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.api_keys import create_key
 from imagesvc.search.by_image import matcher_for
 from imagesvc.search.engine import engine_for
 from imagesvc.web.app_keys import ACCESS, SERVICES
-from tests.library import settings_for
 
 BOOK = "demo-speculum-fornacum"
 GET_BOOK = {"name": "get_book", "arguments": {"book_id": BOOK}}
-
-
-@pytest.fixture
-async def server(data_dir: Path) -> AsyncIterator[TestServer]:
-    """The real app on a loopback port."""
-    srv = TestServer(build_app(settings_for(data_dir)), host="127.0.0.1")
-    await srv.start_server()
-    yield srv
-    await srv.close()
 
 
 @asynccontextmanager
