@@ -9,8 +9,9 @@ a delivery hashes its leading segments and its new note, a few kilobytes, and c2
 manifest's place is a box of its own, so its length need not be known in advance.
 
 Only files that c2pa's box map tiles exactly are signed this way: no fill bytes between segments, no markers c2pa
-does not name, nothing after the end of image, no APP11 segment (c2pa leaves short ones out of its map). Anything
-else returns None and is signed with a data hash, which covers every byte.
+does not name, nothing after the end of image, no APP11 segment (c2pa leaves short ones out of its map), no restart
+intervals (c2pa's map of such a scan does not validate). Anything else returns None and is signed with a data hash,
+which covers every byte.
 
 ``c2pa_builder_sign_embeddable`` is not wrapped by c2pa-python 0.38; it is bound here with ``ctypes`` over
 c2pa-python's own handles (pinned in pyproject.toml). Where it is missing, ``AVAILABLE`` is False.
@@ -29,7 +30,9 @@ from typing import Any
 __all__ = ["AVAILABLE", "box_names", "sign_box_hashed"]
 
 _Bytes = ctypes.POINTER(ctypes.c_ubyte)
-_NAMES = {0xD8: "SOI", 0xDA: "SOS", 0xC4: "DHT", 0xDB: "DQT", 0xDD: "DRI", 0xFE: "COM", 0xCC: "DAC"}
+# No DRI: c2pa's map of a scan with restart markers disagrees with its own hashing of it (such files read Invalid),
+# so files with restart intervals get a data hash.
+_NAMES = {0xD8: "SOI", 0xDA: "SOS", 0xC4: "DHT", 0xDB: "DQT", 0xFE: "COM", 0xCC: "DAC"}
 _NAMES |= {0xC0: "SOF0", 0xC1: "SOF1", 0xC2: "SOF2"}  # the frame markers c2pa names; others fail its map
 _NAMES |= {0xE0 + n: f"APP{n}" for n in range(16) if n != 11}
 # Where c2pa ends a scan's image data: a 0xFF that is neither byte stuffing (0x00) nor a restart marker.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +14,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from PIL import Image
 
 from imagesvc.errors import Unavailable
 from imagesvc.imaging import MarkSpec, TierSpec
@@ -23,7 +25,7 @@ from imagesvc.provenance.box_hashed import box_names
 from imagesvc.provenance.credentials import check_chain, ensure_local_ca
 from imagesvc.provenance.manifests import SOURCE_LABEL, public_manifest
 from imagesvc.provenance.sign import read_credentials, sign_jpeg, sign_page
-from tests.imaging.awkward import encode, page_image
+from tests.imaging.awkward import cmyk_jpeg, encode, exif_rotated_jpeg, icc_swapped_jpeg, page_image
 from tests.imaging.helpers import scan_digest
 
 MARK = MarkSpec("A Library", "https://library.example/book/b?page=3", "A Museum")
@@ -168,7 +170,7 @@ def _flip(data: bytes, at: int) -> bytes:
 
 
 @pytest.mark.parametrize("path", PATHS[:2])
-@pytest.mark.parametrize("layout", ["jfif", "jfif+exif+xmp", "bare", "trailing"])
+@pytest.mark.parametrize("layout", ["jfif", "jfif+exif+xmp", "bare", "trailing", "progressive", "restarts", "4:4:4"])
 def test_every_byte_outside_the_manifest_is_bound(
     ca: SigningPaths, layout: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -185,6 +187,11 @@ def test_every_byte_outside_the_manifest_is_bound(
         data = data[:2] + data[4 + int.from_bytes(data[4:6], "big") :]
     elif layout == "trailing":  # bytes after the end of image, which c2pa's box map does not cover
         data += b"trailing bytes a box hash would not bind"
+    elif layout in ("progressive", "restarts", "4:4:4"):  # several scans; restart markers in the scan; no subsampling
+        options = {"progressive": {"progressive": True}, "restarts": {"restart_marker_blocks": 4}}
+        buffer = io.BytesIO()
+        page_image(400, 300).save(buffer, "JPEG", quality=80, **options.get(layout, {"subsampling": 0}))
+        data = buffer.getvalue()
     signed = sign_jpeg(data, public_manifest(SOURCE, MASTER_SHA, "jpeg", "display"), ca)
     assert read_credentials(signed, ca.anchor).state == "Trusted"
     pieces, slot = signable_pieces(data)
@@ -241,3 +248,34 @@ def test_the_stored_run_is_hashed_once_per_object_and_content(ca: SigningPaths) 
         assert read_credentials(signed, ca.anchor).state == "Trusted", etag
     kept = {key for key in box_hashed.STORED_RUNS._runs if key[0] == "clean/b/1/display.jpg"}
     assert kept == {("clean/b/1/display.jpg", "e1", len(first)), ("clean/b/1/display.jpg", "e2", len(second))}
+
+
+def _saved(img: Image.Image, fmt: str = "JPEG", **options: object) -> bytes:
+    buffer = io.BytesIO()
+    img.save(buffer, fmt, **options)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    "kind", ["cmyk-adobe", "exif-rotated", "icc-swapped", "comment", "grey", "big-icc", "mpo", "optimized"]
+)
+def test_a_clean_copy_of_any_scanner_jpeg_signs_trusted(ca: SigningPaths, kind: str) -> None:
+    """A clean full tier can be the uploaded master itself (a JPEG copied untouched), so whatever segments a scanner
+    wrote reach the signer: each of these reads Trusted with its note, box-hashed or (an MPO's second picture lies
+    after the first end of image) data-hashed."""
+    img = page_image(300, 200)
+    data = {
+        "cmyk-adobe": lambda: cmyk_jpeg((200, 150)),
+        "exif-rotated": lambda: exif_rotated_jpeg((300, 150)),
+        "icc-swapped": lambda: icc_swapped_jpeg((200, 150)),
+        "comment": lambda: _saved(img, comment=b"scanned by a museum"),
+        "grey": lambda: _saved(img.convert("L")),
+        "big-icc": lambda: _saved(img, icc_profile=b"x" * 70_000),  # an ICC profile over two APP2 segments
+        "mpo": lambda: _saved(img, "MPO", save_all=True, append_images=[img.rotate(90)]),
+        "optimized": lambda: _saved(img, optimize=True),
+    }[kind]()
+    manifest = public_manifest(SOURCE, MASTER_SHA, "jpeg", "full")
+    signed = sign_jpeg(data, manifest, ca, "<x>note</x>", ("clean/b/1/full.jpg", kind, len(data)))
+    found = read_credentials(signed, ca.anchor)
+    assert found.state == "Trusted", (kind, found.failures)
+    assert (box_names(data) is None) == (kind == "mpo")
