@@ -13,8 +13,8 @@ does not name, nothing after the end of image, no APP11 segment (c2pa leaves sho
 intervals (c2pa's map of such a scan does not validate). Anything else returns None and is signed with a data hash,
 which covers every byte.
 
-``c2pa_builder_sign_embeddable`` is not wrapped by c2pa-python 0.38; it is bound here with ``ctypes`` over
-c2pa-python's own handles (pinned in pyproject.toml). Where it is missing, ``AVAILABLE`` is False.
+``c2pa_builder_sign_embeddable`` is not wrapped by c2pa-python 0.38 (``c2pa_native`` binds it). Where it is missing,
+``AVAILABLE`` is False.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from imagesvc.provenance.c2pa_native import Bytes, bind, take
+
 __all__ = ["AVAILABLE", "box_names", "sign_box_hashed"]
 
-_Bytes = ctypes.POINTER(ctypes.c_ubyte)
 # No DRI: c2pa's map of a scan with restart markers disagrees with its own hashing of it (such files read Invalid),
 # so files with restart intervals get a data hash.
 _NAMES = {0xD8: "SOI", 0xDA: "SOS", 0xC4: "DHT", 0xDB: "DQT", 0xFE: "COM", 0xCC: "DAC"}
@@ -39,22 +40,7 @@ _NAMES |= {0xE0 + n: f"APP{n}" for n in range(16) if n != 11}
 _SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7]")
 
 
-def _bind() -> Any:
-    try:
-        from c2pa import c2pa as native
-
-        sign = native._lib.c2pa_builder_sign_embeddable
-        sign.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_Bytes)]
-        sign.restype = ctypes.c_int64
-        native._check_ffi_operation_result  # noqa: B018 - present, or this path is off
-        if not hasattr(native.Builder, "_exclusive_native_call"):
-            return None
-        return native
-    except (ImportError, AttributeError, OSError, TypeError):
-        return None
-
-
-_NATIVE = _bind()
+_NATIVE = bind("c2pa_builder_sign_embeddable", [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(Bytes)])
 AVAILABLE = _NATIVE is not None
 
 
@@ -158,15 +144,11 @@ def sign_box_hashed(
         "assertions": [*definition.get("assertions", []), {"label": "c2pa.hash.boxes", "data": {"boxes": boxes}}],
     }
     builder = _NATIVE.Builder(definition, context=context)
-    out = _Bytes()
+    out = Bytes()
     try:
         with builder._exclusive_native_call():
             size = _NATIVE._lib.c2pa_builder_sign_embeddable(builder._handle, b"image/jpeg", ctypes.byref(out))
-        _NATIVE._check_ffi_operation_result(size, "Signing the manifest: {}", check=lambda r: r < 0)
-        try:
-            manifest = ctypes.string_at(out, size)
-        finally:
-            _NATIVE._lib.c2pa_free(out)
+        manifest = take(_NATIVE, size, out, "Signing the manifest")
     finally:
         builder.close()
     return b"".join([*pieces[:slot], manifest, *pieces[slot:]])

@@ -16,9 +16,8 @@ length before the manifest exists: a manifest's size depends only on its definit
 texts), so each shape's length is learnt from its first signature, and a signature whose length is not the one its
 exclusion declares is thrown away and made again with the length it showed.
 
-c2pa-python 0.38 does not wrap this function of its native library; it is bound here with ``ctypes`` over
-c2pa-python's own handles (pinned in pyproject.toml). Where any piece is missing, ``AVAILABLE`` is False and callers
-sign through ``Builder.sign``.
+c2pa-python 0.38 does not wrap this function of its native library (``c2pa_native`` binds it). Where it is missing,
+``AVAILABLE`` is False and callers sign through ``Builder.sign``.
 """
 
 from __future__ import annotations
@@ -29,9 +28,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from imagesvc.provenance.c2pa_native import Bytes, bind, take
+
 __all__ = ["AVAILABLE", "sign_data_hashed"]
 
-_Bytes = ctypes.POINTER(ctypes.c_ubyte)
 _HASH_LABEL = "c2pa.hash.data"
 # Room for c2pa to write the real exclusion and hash over: a manifest keeps its size whatever numbers they hold.
 _HASH_ROOM = {
@@ -46,30 +46,10 @@ _HASH_ROOM = {
 }
 
 
-def _bind() -> Any:
-    """c2pa-python's module with the data-hashed signing function typed; None when any piece is missing."""
-    try:
-        from c2pa import c2pa as native
-
-        sign = native._lib.c2pa_builder_sign_data_hashed_embeddable
-        sign.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_char_p,
-            ctypes.c_char_p,
-            ctypes.c_void_p,
-            ctypes.POINTER(_Bytes),
-        ]
-        sign.restype = ctypes.c_int64
-        native._check_ffi_operation_result  # noqa: B018 - present, or this path is off
-        if not hasattr(native.Builder, "_exclusive_native_call") or not hasattr(native.Signer, "_native_call"):
-            return None
-        return native
-    except (ImportError, AttributeError, OSError, TypeError):
-        return None
-
-
-_NATIVE = _bind()
+_NATIVE = bind(
+    "c2pa_builder_sign_data_hashed_embeddable",
+    [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(Bytes)],
+)
 AVAILABLE = _NATIVE is not None
 
 _LENGTHS: dict[Any, int] = {}  # a definition's shape -> its signed manifest's length in a JPEG
@@ -91,16 +71,12 @@ def _shape(value: Any) -> Any:
 def _signed_manifest(builder: Any, signer: Any, digest: bytes, offset: int, length: int) -> bytes:
     """The manifest signed over ``digest`` with the exclusion (offset, length), cut into APP11 segments."""
     data_hash = {**_HASH_ROOM["data"], "hash": list(digest), "exclusions": [{"start": offset, "length": length}]}
-    out = _Bytes()
+    out = Bytes()
     with builder._exclusive_native_call(), signer._native_call():
         size = _NATIVE._lib.c2pa_builder_sign_data_hashed_embeddable(
             builder._handle, signer._handle, json.dumps(data_hash).encode(), b"image/jpeg", None, ctypes.byref(out)
         )
-    _NATIVE._check_ffi_operation_result(size, "Signing the manifest: {}", check=lambda r: r < 0)
-    try:
-        return ctypes.string_at(out, size)
-    finally:
-        _NATIVE._lib.c2pa_free(out)
+    return take(_NATIVE, size, out, "Signing the manifest")
 
 
 def sign_data_hashed(
