@@ -23,7 +23,7 @@ from imagesvc.web.middleware import MAX_BODY_BYTES, cors_middleware, error_middl
 from imagesvc.web.protocol import Application
 from imagesvc.web.routes import add_routes
 
-__all__ = ["build_app"]
+__all__ = ["build_app", "build_serving_app"]
 
 
 def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Application:
@@ -111,4 +111,13 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
     app.cleanup_ctx.append(iiif_ctx)
     add_routes(app, settings.base_path)
     setup_pages(app, settings)
+    return app
+
+
+def build_serving_app(settings: Settings) -> web.Application:
+    """``build_app`` with what a serving process adds: search warm-up, the drain log line, its own thread pool."""
+    from imagesvc.web.lifecycle import add_serving_hooks
+
+    app = build_app(settings)
+    add_serving_hooks(app, settings)
     return app

@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from imagesvc.observability import write_run_summary
 from imagesvc.settings import Settings
 
 # Exit status of ingest and demo when they finished but some pages were refused (documented in README and --help).
@@ -45,6 +44,9 @@ async def _ingest(settings: Settings, manifest_path: Path, progress: bool) -> di
         pool.shutdown()
         catalog.close()
         await store.close()
+    from imagesvc.observability import write_run_summary  # here: `serve` must import prometheus-client after it
+    # has set PROMETHEUS_MULTIPROC_DIR (imagesvc/serving.py)
+
     write_run_summary(settings.data_dir, "ingest", summary.as_dict())  # read by /metrics of serving processes
     return summary.as_dict() | {"line": summary.line()}
 
@@ -155,6 +157,8 @@ def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
         return result | {"line": "\n".join(lines)}
 
     result = asyncio.run(go())
+    from imagesvc.observability import write_run_summary
+
     write_run_summary(settings.data_dir, "index", result)  # read by /metrics of serving processes
     print(json.dumps(result, indent=2) if args.json else result["line"])
     return 0

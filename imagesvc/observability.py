@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -108,10 +108,16 @@ class HotObjectsCollector(Collector):
 
 
 class Metrics:
-    """Every metric of one app, in a registry of its own so that several apps in one process never collide."""
+    """Every metric of one app, in a registry of its own so that several apps in one process never collide.
+
+    Under ``imagesvc serve --workers N`` (``PROMETHEUS_MULTIPROC_DIR`` set by the master before any worker starts),
+    the counters, histogram and in-flight gauge are prometheus-client's multiprocess values, kept in files there, and
+    ``render`` adds up every worker's; the hot-object cache figures stay the answering worker's own.
+    """
 
     def __init__(self, data_dir: Path | None = None) -> None:
         self.registry = CollectorRegistry()
+        self.multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
         r = self.registry
         self.requests = Counter(
             "imagesvc_http_requests", "HTTP requests by route template, method and status.",
@@ -124,7 +130,9 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.in_flight = Gauge("imagesvc_http_requests_in_flight", "Requests being handled now.", registry=r)
+        self.in_flight = Gauge(
+            "imagesvc_http_requests_in_flight", "Requests being handled now.", registry=r, multiprocess_mode="livesum"
+        )
         self.budget_rejections = Counter(
             "imagesvc_budget_rejections", "Requests refused because a budget pool was empty.", ["pool", "caller_class"],
             registry=r,
@@ -137,11 +145,14 @@ class Metrics:
             "imagesvc_store_errors", "Object-store calls that failed, by backend, operation and kind.",
             ["backend", "operation", "kind"], registry=r,
         )  # fmt: skip
-        r.register(RunSummaryCollector(data_dir))
+        self._run_summaries = RunSummaryCollector(data_dir)
+        r.register(self._run_summaries)
+        self._hot_objects: HotObjectsCollector | None = None
 
     def watch_hot_objects(self, cache: Any) -> None:
         """Export the counters of this app's in-memory object cache."""
-        self.registry.register(HotObjectsCollector(cache))
+        self._hot_objects = HotObjectsCollector(cache)
+        self.registry.register(self._hot_objects)
 
     def count_rejection(self, error: RateLimited, caller_class: str) -> None:
         """Count one 429: the request limit when its pool is ``requests``, else a budget pool."""
@@ -152,8 +163,15 @@ class Metrics:
             self.budget_rejections.labels(pool, caller_class).inc()
 
     def render(self) -> bytes:
-        """The Prometheus text exposition (format 0.0.4) of this registry."""
-        return generate_latest(self.registry)
+        """The Prometheus text exposition (format 0.0.4) of this registry, or of every worker's metrics added up."""
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, self.multiprocess_dir)
+        registry.register(self._run_summaries)
+        if self._hot_objects is not None:
+            registry.register(self._hot_objects)
+        return generate_latest(registry)
 
 
 def store_error_kind(exc: BaseException) -> str:

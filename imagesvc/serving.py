@@ -1,23 +1,28 @@
-"""``imagesvc serve``: one process, or N worker processes on one port (SO_REUSEPORT) under a small supervisor.
+"""``imagesvc serve``: one process, or N worker processes on one port under gunicorn's master.
+
+gunicorn (with aiohttp's own gunicorn worker) supervises the workers: the master binds the one listening socket every
+worker inherits, replaces a worker that dies, and on SIGTERM or SIGINT sends SIGTERM to every worker and waits
+IMAGESVC_SHUTDOWN_TIMEOUT for them (each stops accepting and drains its in-flight requests for most of that time)
+before killing what is left. Signals that arrive while a worker is being replaced or is still starting are queued and
+handled in order, so the master always stops. SIGHUP (pull the newest catalog snapshot now) is passed on to every
+worker instead of gunicorn's reload. Workers die with the master (PR_SET_PDEATHSIG). ``/metrics`` adds up every
+worker's counters through prometheus-client's multiprocess mode (a temporary directory the master makes and removes).
 
 Each worker is a whole app (its own hot cache, catalog handle and access client); access state is shared through the
-SQLite file (WAL, exact across processes) or Redis. SIGTERM or SIGINT to the supervisor is passed to every worker,
-each stops accepting and drains its in-flight requests for IMAGESVC_SHUTDOWN_TIMEOUT, and the supervisor exits 0 when
-all did; SIGHUP (pull the newest catalog snapshot now) is passed on too. A worker that dies otherwise is replaced;
-workers die with the supervisor (PR_SET_PDEATHSIG), so a killed supervisor leaves no process behind.
+SQLite file (WAL, exact across processes) or Redis.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import logging
-import multiprocessing
 import os
+import shutil
 import signal
 import sys
-import time
-from multiprocessing.process import BaseProcess
+import tempfile
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from imagesvc.settings import Settings
@@ -25,10 +30,14 @@ from imagesvc.settings import Settings
 __all__ = ["run_server", "serve", "tune_malloc"]
 
 log = logging.getLogger("imagesvc.serve")
-_RESTART_PAUSE = 1.0  # seconds between replacing a worker that died, so a crash loop does not spin
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
 _MMAP_THRESHOLD = 32 << 20
 _TRIM_THRESHOLD = 64 << 20
+# The operator's own choice of the two thresholds tune_malloc sets; other MALLOC_* variables (MALLOC_ARENA_MAX, which
+# container images often set) tune something else and leave these two to us.
+_THRESHOLD_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+_THRESHOLD_TUNABLES = ("glibc.malloc.mmap_threshold", "glibc.malloc.trim_threshold")
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def tune_malloc() -> bool:
@@ -37,10 +46,16 @@ def tune_malloc() -> bool:
     By default a buffer of a few hundred kilobytes (an image, its copy with the XMP note, c2pa's signed output) is
     mmap'ed and unmapped again on free, so every request pays page faults and page clearing for each copy: measured
     here, that was half the time of a signed delivery. Buffers below 32 MiB now come from the heap, and the heap keeps
-    up to 64 MiB of freed memory per arena, so RSS stays at its high-water mark instead. Skipped when the operator
-    set any ``MALLOC_*`` variable, and where the C library is not glibc.
+    up to 64 MiB of freed memory per arena, so RSS stays at its high-water mark instead. Skipped when the operator set
+    either threshold (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or their ``GLIBC_TUNABLES``), and where
+    the C library is not glibc; other ``MALLOC_*`` variables (``MALLOC_ARENA_MAX``) do not stop it.
     """
-    if not sys.platform.startswith("linux") or any(name.startswith("MALLOC_") for name in os.environ):
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if (
+        not sys.platform.startswith("linux")
+        or any(name in os.environ for name in _THRESHOLD_VARIABLES)
+        or any(name in tunables for name in _THRESHOLD_TUNABLES)
+    ):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
@@ -50,113 +65,158 @@ def tune_malloc() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
 
 
-def run_server(settings: Settings, *, reuse_port: bool = False) -> None:
+def run_server(settings: Settings) -> None:
     """Run one app in this process until SIGTERM or SIGINT, then drain for ``shutdown_timeout`` and return."""
     from aiohttp import web
 
-    from imagesvc.app import build_app
+    from imagesvc.app import build_serving_app
 
     tune_malloc()
-    app = build_app(settings)
-
-    async def announce_drain(app: web.Application) -> None:
-        # run_app has closed the listening sockets by now; in-flight requests get shutdown_timeout to finish.
-        log.info("stopping: draining in-flight requests for up to %d s", settings.shutdown_timeout)
-
-    warming: set[asyncio.Task[None]] = set()
-
-    async def warm_search(app: web.Application) -> None:
-        # The text model and the search indexes load in the background, so the first searches need not wait.
-        from imagesvc.search.by_image import warm_up
-        from imagesvc.web.app_keys import SERVICES
-
-        task = asyncio.ensure_future(warm_up(app[SERVICES]))
-        warming.add(task)
-        task.add_done_callback(warming.discard)
-
-    app.on_startup.append(warm_search)
-    app.on_shutdown.append(announce_drain)
     web.run_app(
-        app,
+        build_serving_app(settings),
         host=settings.host,
         port=settings.port,
         print=None,
         access_log=None,
         shutdown_timeout=settings.shutdown_timeout,
-        reuse_port=reuse_port or None,
     )
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM this process when ``parent`` goes away (Linux); exits now if it already has."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: SIGTERM when the supervisor goes away
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(0)
 
 
-def _worker(settings: Settings, index: int) -> None:
-    """A worker process: its own process group (a terminal's Ctrl-C reaches the supervisor only), then one app."""
-    os.setpgid(0, 0)
-    _die_with_parent()
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # passed on by the supervisor; snapshot following installs its own
-    from imagesvc.logging_setup import configure_logging
+def _leave(code: int) -> None:
+    """End this process now with ``code``, log lines flushed, without waiting for worker threads.
 
-    configure_logging(settings.log_level, settings.log_format)
-    log.debug("worker %d (pid %d) starting", index, os.getpid())
-    run_server(settings, reuse_port=True)
+    Called once the app has drained and closed: a thread still computing (an embedding or hashing job, a search
+    whose request was cancelled) would otherwise keep the process, and its CPU, until it finished.
+    """
+    busy = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    if busy:
+        log.info("stopped; ending %d background threads with the process", len(busy))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
-class _Supervisor:
-    def __init__(self, settings: Settings, workers: int) -> None:
-        self.settings = settings
-        self.workers = workers
-        self.context = multiprocessing.get_context("spawn")
-        self.procs: dict[int, BaseProcess] = {}
-        self.stopping = False
+def _gunicorn_application(settings: Settings, workers: int, multiproc_dir: str) -> Any:
+    """The gunicorn application (master and workers) for ``settings``."""
+    from aiohttp import web
+    from aiohttp.worker import GunicornWebWorker
+    from gunicorn.app.base import BaseApplication
+    from gunicorn.arbiter import Arbiter
+    from gunicorn.glogging import Logger
 
-    def start(self, index: int) -> None:
-        proc = self.context.Process(target=_worker, args=(self.settings, index), name=f"imagesvc-worker-{index}")
-        proc.start()
-        self.procs[index] = proc
+    class Worker(GunicornWebWorker):  # type: ignore[misc]
+        """aiohttp's gunicorn worker; SIGHUP is left to snapshot following, and the process ends once drained."""
 
-    def stop(self, signum: int, _frame: Any) -> None:
-        if not self.stopping:
-            log.info("stopping: %s to %d workers", signal.Signals(signum).name, len(self.procs))
-        self.stopping = True
-        for proc in self.procs.values():
-            if proc.pid is not None and proc.exitcode is None:
-                os.kill(proc.pid, signal.SIGTERM)
+        def init_signals(self) -> None:
+            super().init_signals()
+            # A SIGHUP before snapshot following installs its handler (or with following off) must not end the worker.
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
-    def reload(self, _signum: int, _frame: Any) -> None:
-        """SIGHUP (check for a newer catalog snapshot now) goes to every worker."""
-        for proc in self.procs.values():
-            if proc.pid is not None and proc.exitcode is None:
-                os.kill(proc.pid, signal.SIGHUP)
+        def run(self) -> None:
+            try:
+                super().run()  # ends with sys.exit once the app has drained and closed
+            except SystemExit as exc:
+                _leave(exc.code if isinstance(exc.code, int) else 0)
 
-    def run(self) -> int:
-        signal.signal(signal.SIGTERM, self.stop)
-        signal.signal(signal.SIGINT, self.stop)
-        signal.signal(signal.SIGHUP, self.reload)
-        for index in range(self.workers):
-            self.start(index)
-        while not self.stopping:
-            time.sleep(0.2)
-            for index, proc in list(self.procs.items()):
-                if proc.exitcode is not None and not self.stopping:
-                    log.error("worker %d (pid %s) exited with %s; starting another", index, proc.pid, proc.exitcode)
-                    time.sleep(_RESTART_PAUSE)
-                    self.start(index)
-        for proc in self.procs.values():
-            proc.join()
-        # A worker still starting when the signal came ends by it (-SIGTERM) with nothing in flight: a clean stop.
-        codes = [proc.exitcode for proc in self.procs.values()]
-        failed = [code for code in codes if code not in (0, -signal.SIGTERM)]
-        if failed:
-            log.error("workers exited with %s", failed)
-        return 1 if failed else 0
+    class Master(Arbiter):  # type: ignore[misc]
+        """gunicorn's arbiter with imagesvc's signals: SIGINT drains like SIGTERM; SIGHUP goes to the workers."""
+
+        def handle_term(self) -> None:
+            log.info("stopping: SIGTERM to %d workers", len(self.WORKERS))
+            super().handle_term()
+
+        def handle_int(self) -> None:
+            log.info("stopping: SIGINT, so SIGTERM to %d workers", len(self.WORKERS))
+            super().handle_term()
+
+        def handle_hup(self) -> None:
+            log.info("SIGHUP: every worker checks for a newer catalog snapshot now")
+            self.kill_workers(signal.SIGHUP)
+
+    class RootLogger(Logger):  # type: ignore[misc]
+        """gunicorn's messages through imagesvc's logging (text or JSON lines on stderr), not handlers of its own."""
+
+        def setup(self, cfg: Any) -> None:
+            self.error_log.propagate = True
+            self.access_log.propagate = False  # requests are logged by imagesvc's own access log
+
+    def post_fork(_arbiter: Any, worker: Any) -> None:
+        # Until the worker sets its own handlers it has the master's, which would queue a SIGTERM and lose it.
+        def stop_early(_signum: int, _frame: Any) -> None:
+            worker.alive = False
+
+        signal.signal(signal.SIGTERM, stop_early)
+        signal.signal(signal.SIGINT, stop_early)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        _die_with_parent(worker.ppid)
+        tune_malloc()
+
+    def child_exit(_arbiter: Any, worker: Any) -> None:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid, multiproc_dir)
+
+    async def make_runner() -> web.AppRunner:
+        from imagesvc.app import build_serving_app
+
+        # The master's drain is graceful_timeout; the app drains for most of it, then cancels and closes.
+        drain = max(settings.shutdown_timeout * 0.8, settings.shutdown_timeout - 2.0)
+        return web.AppRunner(build_serving_app(settings), access_log=None, shutdown_timeout=drain)
+
+    options: dict[str, Any] = {
+        "bind": f"[{settings.host}]:{settings.port}" if ":" in settings.host else f"{settings.host}:{settings.port}",
+        "workers": workers,
+        "worker_class": Worker,
+        "graceful_timeout": settings.shutdown_timeout,
+        "timeout": 120,  # seconds a worker may go without a heartbeat (its event loop blocked) before it is replaced
+        "logger_class": RootLogger,
+        "post_fork": post_fork,
+        "child_exit": child_exit,
+        "control_socket_disable": True,
+        "proc_name": "imagesvc",
+    }
+
+    class Application(BaseApplication):  # type: ignore[misc]
+        def load_config(self) -> None:
+            for key, value in options.items():
+                self.cfg.set(key, value)
+
+        def load(self) -> Callable[[], Any]:
+            return make_runner
+
+        def run(self) -> None:
+            Master(self).run()
+
+    return Application()
+
+
+def _serve_workers(settings: Settings, workers: int) -> int:
+    """``workers`` processes under gunicorn's master; its exit code."""
+    multiproc_dir = tempfile.mkdtemp(prefix="imagesvc-metrics-")
+    # Every worker's metrics go to files here (read before any metric exists: see observability.Metrics).
+    os.environ[MULTIPROC_ENV] = multiproc_dir
+    try:
+        _gunicorn_application(settings, workers, multiproc_dir).run()
+        return 0
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 0
+    finally:
+        shutil.rmtree(multiproc_dir, ignore_errors=True)
+        os.environ.pop(MULTIPROC_ENV, None)
 
 
 def serve(settings: Settings, workers: int) -> int:
-    """Serve with ``workers`` processes (1: in this process); returns the exit code."""
+    """Serve with ``workers`` processes (1: in this process); returns the exit code (the process ends with it)."""
     where = f"http://{settings.host}:{settings.port}"
     print(f"imagesvc serving on {where} (storage: {settings.storage}, {workers} workers)", file=sys.stderr)
     if settings.c2pa_sign:  # make the local signing CA once here, not in N racing workers
@@ -167,6 +227,7 @@ def serve(settings: Settings, workers: int) -> int:
         run_server(settings)
         code = 0
     else:
-        code = _Supervisor(settings, workers).run()
+        code = _serve_workers(settings, workers)
     log.info("stopped")
-    return code
+    _leave(code)
+    return code  # not reached

@@ -1,5 +1,6 @@
 """``imagesvc serve --workers N``: N processes answer on one port, share one access state exactly, drain together on
-SIGTERM, replace a worker that dies, and never outlive their supervisor."""
+SIGTERM, replace a worker that dies, and never outlive their supervisor (gunicorn's master); every ordering of kills
+and stop signals ends within the drain time with no process left; ``/metrics`` counts every worker's requests."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.library import copy_library
-from tests.servers import free_port, parents
+from tests.servers import descendants, free_port, parents
 
 PAGE = "/api/image?book=demo-speculum-fornacum&page=2&tier=thumb"
 
@@ -33,7 +34,7 @@ def _children(pid: int) -> set[int]:
 
 
 def _workers(pid: int) -> set[int]:
-    """The supervisor's worker processes (multiprocessing's resource tracker is a child too, but holds no socket)."""
+    """The supervisor's worker processes."""
     return {child for child in _children(pid) if "imagesvc" in _cmdline(child) or _listens(child)}
 
 
@@ -73,14 +74,16 @@ def _server_inode(client_port: int) -> str | None:
 def serve(data_dir: Path) -> Iterator[Any]:
     procs: list[subprocess.Popen[str]] = []
 
-    def start(workers: int, **env: str) -> tuple[subprocess.Popen[str], int]:
+    def start(workers: int, *, wait: bool = True, **env: str) -> tuple[subprocess.Popen[str], int]:
         port = free_port()
         environ = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
         environ |= {"IMAGESVC_DATA_DIR": str(data_dir), "IMAGESVC_PORT": str(port), "IMAGESVC_SHUTDOWN_TIMEOUT": "5"}
-        environ |= {f"IMAGESVC_{k.upper()}": v for k, v in env.items()}
+        environ |= {k if k.isupper() else f"IMAGESVC_{k.upper()}": v for k, v in env.items()}
         cmd = [sys.executable, "-m", "imagesvc.cli", "serve", "--workers", str(workers)]
         proc = subprocess.Popen(cmd, env=environ, stderr=subprocess.PIPE, text=True)
         procs.append(proc)
+        if not wait:
+            return proc, port
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # every worker up: each holds its own listening socket
             if len(_workers(proc.pid)) == workers and all(_listens(w) for w in _workers(proc.pid)):
@@ -91,7 +94,7 @@ def serve(data_dir: Path) -> Iterator[Any]:
 
     yield start
     for proc in procs:
-        for child in _children(proc.pid):
+        for child in descendants(proc.pid):
             os.kill(child, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
@@ -161,6 +164,113 @@ def test_a_dead_worker_is_replaced_and_a_dead_supervisor_takes_its_workers(serve
     while any(Path(f"/proc/{w}").exists() for w in now) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(Path(f"/proc/{w}").exists() for w in now)
+
+
+DRAIN = 5  # IMAGESVC_SHUTDOWN_TIMEOUT of the serve fixture
+SLACK = 3.0  # seconds past the drain time a loaded two-core test machine may need to reap and exit
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+def _stops_within_the_drain(proc: subprocess.Popen[str], family: set[int], signalled: float) -> int:
+    """Wait for the supervisor; asserts it exited within DRAIN + SLACK seconds of ``signalled`` and that none of
+    ``family`` (every process it had) outlived it. Returns its exit status."""
+    try:
+        code = proc.wait(timeout=DRAIN + SLACK + 30)  # fails on a hang, with the timing below for anything slower
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the supervisor still runs {DRAIN + SLACK + 30} s after the signal") from None
+    took = time.monotonic() - signalled
+    assert took <= DRAIN + SLACK, f"the supervisor took {took:.1f} s to stop (drain {DRAIN} s)"
+    deadline = time.monotonic() + 2  # a worker the master already reaped may still be leaving /proc
+    while any(_alive(pid) for pid in family) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in family if _alive(pid)], "processes outlived the supervisor"
+    return code
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.0, 0.1, 0.3, 0.6, 1.0])
+def test_sigterm_just_after_a_worker_was_killed_stops_everything(serve: Any, delay: float) -> None:
+    """The reported hang: SIGKILL one worker, SIGTERM the supervisor while it is (about to be) replaced."""
+    for _ in range(2):
+        proc, _ = serve(2)
+        family = descendants(proc.pid)
+        os.kill(next(iter(_workers(proc.pid))), signal.SIGKILL)
+        time.sleep(delay)
+        family |= descendants(proc.pid)  # the replacement, when it was already forked
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        family |= descendants(proc.pid)
+        assert _stops_within_the_drain(proc, family, signalled) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.0, 0.3, 1.0, 2.0])
+def test_sigterm_during_startup_stops_everything(serve: Any, delay: float) -> None:
+    """SIGTERM before the workers are up (from before the master handles signals to while workers build their
+    apps): the supervisor stops within the drain time and leaves no process."""
+    for _ in range(2):
+        proc, _ = serve(2, wait=False)
+        family: set[int] = set()
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline:
+            family |= descendants(proc.pid)
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        family |= descendants(proc.pid)
+        # Before Python handles signals at all, SIGTERM ends the process by default: no worker exists yet then.
+        assert _stops_within_the_drain(proc, family, signalled) in (0, -signal.SIGTERM)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "signals", [(signal.SIGTERM, signal.SIGTERM), (signal.SIGINT,), (signal.SIGINT, signal.SIGINT)], ids=str
+)
+def test_repeated_and_interrupt_signals_stop_everything(serve: Any, signals: tuple[signal.Signals, ...]) -> None:
+    """SIGTERM twice, Ctrl-C (SIGINT) once or twice: each drains and stops within the drain time, exit status 0."""
+    for _ in range(2):
+        proc, _ = serve(2)
+        family = descendants(proc.pid)
+        for sig in signals:
+            proc.send_signal(sig)
+            time.sleep(0.2)
+        assert _stops_within_the_drain(proc, family, time.monotonic() - 0.2 * len(signals)) == 0
+
+
+BOOKS_COUNT = 'imagesvc_http_requests_total{method="GET",route="/api/books",status="200"}'
+
+
+def test_metrics_add_up_every_worker(serve: Any, tmp_path: Path) -> None:
+    """/metrics answers from one worker but counts the requests of all of them (prometheus multiprocess mode)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc, port = serve(2, TMPDIR=str(tmp))
+    workers = _workers(proc.pid)
+    answered_by = set()
+    for _ in range(30):  # new connections: the kernel spreads them over the workers
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/api/books")
+        conn.getresponse().read()
+        inode = _server_inode(conn.sock.getsockname()[1])
+        answered_by |= {w for w in workers if inode in _sockets(w)}
+        conn.close()
+    assert answered_by == workers  # both workers took some of them
+    for _ in range(6):  # whichever worker answers, it reports the same total
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        line = next(x for x in text.splitlines() if x.startswith(BOOKS_COUNT))
+        assert line.endswith(" 30.0"), line
+    made = list(tmp.glob("imagesvc-metrics-*"))
+    assert len(made) == 1 and list(made[0].glob("*.db"))  # the workers' metric files
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert not made[0].exists()  # the master removes its metric files on exit
 
 
 def test_sighup_stops_neither_the_supervisor_nor_its_workers(serve: Any) -> None:
