@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from imagesvc.catalog.schema import SCHEMA_VERSION
 from imagesvc.errors import ImagesvcError
@@ -147,6 +148,29 @@ def _c2pa(settings: Settings) -> list[Finding]:
         return [Finding("fail", "c2pa", exc.message)]
     if found.state not in ("Valid", "Trusted"):
         return [Finding("fail", "c2pa", f"a probe signature reads {found.state}: {', '.join(found.failures)}")]
+    return [*_chain_findings(settings, paths), *_fast_signing()]
+
+
+def _fast_signing() -> list[Finding]:
+    """A warning when signing runs on c2pa-python's public API only (run after a probe signature, which finds a fast
+    path that fails)."""
+    from imagesvc.provenance.c2pa_native import fast_path_problem
+
+    problem = fast_path_problem()
+    if problem is None:
+        return []
+    return [
+        Finding(
+            "warn",
+            "c2pa",
+            f"fast signing is off ({problem}): every signature goes through Builder.sign, about three times slower; "
+            "pin c2pa-python to the version imagesvc names (imagesvc/provenance/c2pa_native.py)",
+        )
+    ]
+
+
+def _chain_findings(settings: Settings, paths: Any) -> list[Finding]:
+    """What a verifier will make of the chain that signed the probe."""
     if paths.anchor is None:
         return [Finding("ok", "c2pa", f"the chain in {paths.chain} signs; verifiers check its issuer")]
     found_list = [

@@ -13,8 +13,8 @@ does not name, nothing after the end of image, no APP11 segment (c2pa leaves sho
 intervals (c2pa's map of such a scan does not validate). Anything else returns None and is signed with a data hash,
 which covers every byte.
 
-``c2pa_builder_sign_embeddable`` is not wrapped by c2pa-python 0.38 (``c2pa_native`` binds it). Where it is missing,
-``AVAILABLE`` is False.
+``c2pa_builder_sign_embeddable`` is not wrapped by c2pa-python 0.38 (``c2pa_native`` binds it, under the exact
+c2pa version it was checked against). Where it is missing or not bound, ``AVAILABLE`` is False.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ _NAMES |= {0xE0 + n: f"APP{n}" for n in range(16) if n != 11}
 _SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7]")
 
 
-_NATIVE = bind("c2pa_builder_sign_embeddable", [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(Bytes)])
-AVAILABLE = _NATIVE is not None
+_BOUND = bind("c2pa_builder_sign_embeddable", [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(Bytes)])
+_NATIVE, _SIGN = _BOUND or (None, None)
+AVAILABLE = _BOUND is not None
 
 
 def box_names(data: bytes | memoryview) -> list[str] | None:
@@ -147,7 +148,7 @@ def sign_box_hashed(
     out = Bytes()
     try:
         with builder._exclusive_native_call():
-            size = _NATIVE._lib.c2pa_builder_sign_embeddable(builder._handle, b"image/jpeg", ctypes.byref(out))
+            size = _SIGN(builder._handle, b"image/jpeg", ctypes.byref(out))
         manifest = take(_NATIVE, size, out, "Signing the manifest")
     finally:
         builder.close()

@@ -16,8 +16,9 @@ length before the manifest exists: a manifest's size depends only on its definit
 texts), so each shape's length is learnt from its first signature, and a signature whose length is not the one its
 exclusion declares is thrown away and made again with the length it showed.
 
-c2pa-python 0.38 does not wrap this function of its native library (``c2pa_native`` binds it). Where it is missing,
-``AVAILABLE`` is False and callers sign through ``Builder.sign``.
+c2pa-python 0.38 does not wrap this function of its native library (``c2pa_native`` binds it, under the exact c2pa
+version it was checked against). Where it is missing or not bound, ``AVAILABLE`` is False and callers sign through
+``Builder.sign``.
 """
 
 from __future__ import annotations
@@ -46,11 +47,12 @@ _HASH_ROOM = {
 }
 
 
-_NATIVE = bind(
+_BOUND = bind(
     "c2pa_builder_sign_data_hashed_embeddable",
     [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(Bytes)],
 )
-AVAILABLE = _NATIVE is not None
+_NATIVE, _SIGN = _BOUND or (None, None)
+AVAILABLE = _BOUND is not None
 
 _LENGTHS: dict[Any, int] = {}  # a definition's shape -> its signed manifest's length in a JPEG
 _LENGTHS_KEPT = 1024
@@ -73,7 +75,7 @@ def _signed_manifest(builder: Any, signer: Any, digest: bytes, offset: int, leng
     data_hash = {**_HASH_ROOM["data"], "hash": list(digest), "exclusions": [{"start": offset, "length": length}]}
     out = Bytes()
     with builder._exclusive_native_call(), signer._native_call():
-        size = _NATIVE._lib.c2pa_builder_sign_data_hashed_embeddable(
+        size = _SIGN(
             builder._handle, signer._handle, json.dumps(data_hash).encode(), b"image/jpeg", None, ctypes.byref(out)
         )
     return take(_NATIVE, size, out, "Signing the manifest")

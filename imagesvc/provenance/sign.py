@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -23,12 +24,14 @@ from imagesvc.errors import Unavailable
 from imagesvc.imaging import PageRenditions, Rendition
 from imagesvc.imaging.xmp import signable_pieces
 from imagesvc.provenance import Delivery, PageSource, SigningPaths, box_hashed, data_hashed
+from imagesvc.provenance.c2pa_native import fast_path_problem, turn_off
 from imagesvc.provenance.manifests import delivery_manifest, public_manifest
 
 __all__ = ["Credentials", "read_credentials", "sign_delivery", "sign_jpeg", "sign_page"]
 
 _SIGN_SETTINGS = {"builder": {"thumbnail": {"enabled": False}}, "verify": {"verify_after_sign": False}}
 _local = threading.local()
+log = logging.getLogger("imagesvc.provenance")
 
 
 class _Signing(NamedTuple):
@@ -81,15 +84,27 @@ def sign_jpeg(
     """
     signing = _signing(paths)
     pieces, slot = signable_pieces(data, xmp)
+    if box_hashed.AVAILABLE and fast_path_problem() is None:
+        fresh = 0 if xmp is None else 1  # the new note is the piece at the manifest's place
+        signed = _fast(
+            "box-hashed",
+            box_hashed.sign_box_hashed,
+            manifest,
+            signing.signer_context,
+            pieces,
+            slot,
+            fresh,
+            stored_key,
+        )
+        if signed is not None:
+            return signed
+    if data_hashed.AVAILABLE and fast_path_problem() is None:
+        sign = data_hashed.sign_data_hashed
+        signed = _fast("data-hashed", sign, manifest, signing.context, signing.signer, pieces, slot)
+        if signed is not None:
+            return signed
     out = io.BytesIO()
     try:
-        if box_hashed.AVAILABLE:
-            fresh = 0 if xmp is None else 1  # the new note is the piece at the manifest's place
-            signed = box_hashed.sign_box_hashed(manifest, signing.signer_context, pieces, slot, fresh, stored_key)
-            if signed is not None:
-                return signed
-        if data_hashed.AVAILABLE:
-            return data_hashed.sign_data_hashed(manifest, signing.context, signing.signer, pieces, slot)
         builder = c2pa.Builder(manifest, context=signing.context)
         try:
             builder.sign(signing.signer, "image/jpeg", io.BytesIO(b"".join(pieces)), out)
@@ -100,6 +115,19 @@ def sign_jpeg(
             f"Signing the image's Content Credentials failed: {exc}", recovery=["Run `imagesvc doctor`."]
         ) from exc
     return out.getvalue()
+
+
+def _fast(name: str, sign: Callable[..., bytes | None], *args: Any) -> bytes | None:
+    """``sign(*args)`` (a fast path, which leans on c2pa-python's internals); None when it declines or fails, so the
+    caller signs through c2pa-python's public API. A failure other than c2pa's own error (a renamed internal, a missing
+    symbol) turns the fast paths off for this process; a request never fails because of one."""
+    try:
+        return sign(*args)
+    except c2pa.C2paError as exc:
+        log.warning("%s signing failed (%s); signing this file through Builder.sign", name, exc)
+    except Exception as exc:
+        turn_off(f"{name} signing raised {type(exc).__name__}: {exc}")
+    return None
 
 
 def sign_page(page: PageRenditions, source: PageSource, master_sha256: str, paths: SigningPaths) -> PageRenditions:
