@@ -54,7 +54,8 @@ def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
+    """The parser of the local subcommands, and their names (any other first word is a tool: ``_is_tool_command``)."""
     parser = argparse.ArgumentParser(prog="imagesvc", description="Image and gallery service of a digital library.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="run the HTTP service")
@@ -114,12 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_settings)
     p = sub.add_parser("snapshot", help="publish a catalog snapshot to IMAGESVC_SNAPSHOT_PREFIX now")
     p.set_defaults(func=cmd_snapshot)
-    return parser
+    return parser, frozenset(sub.choices)
 
 
-def _is_tool_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> bool:
-    """``imagesvc tools`` and ``imagesvc <tool> ...`` go to the tool client; its --url/--key/--json may come first."""
-    commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+def _is_tool_command(commands: frozenset[str], argv: Sequence[str]) -> bool:
+    """``imagesvc tools`` and ``imagesvc <tool> ...`` (any first word not in ``commands``) go to the tool client; its
+    --url/--key/--json may come first."""
     words = iter(argv)
     for word in words:
         if word in ("--url", "--key"):
@@ -130,9 +131,9 @@ def _is_tool_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> bo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser, commands = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if _is_tool_command(parser, argv):
+    if _is_tool_command(commands, argv):
         from imagesvc.client import main as tool_client
 
         try:

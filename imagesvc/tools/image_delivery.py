@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
-import sys
+import threading
 from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -200,6 +200,8 @@ def _signing(settings: object) -> SigningPaths:
 # in CPU (futex wake-ups and GIL hand-overs: measured 2.6 against 3.6 ms of CPU a signed display tier, 550 KB), so it
 # is done on the event loop like the rest of the request; larger files are signed in a thread.
 SIGN_ON_LOOP_BYTES = 2 * 1024 * 1024
+# Set by the first signature of this process, made in a thread: c2pa-python is imported by then.
+_signed_once = threading.Event()
 
 
 async def delivery_bytes(services: Services, delivery: ImageDelivery, stored: StoredObject) -> bytes:
@@ -215,7 +217,7 @@ async def delivery_bytes(services: Services, delivery: ImageDelivery, stored: St
     paths = _signing(services.settings)
     # The store's strong ETag is a digest of the object's bytes: with the key, it names this exact content.
     stored_key = (stored.info.key, stored.info.etag, len(data))
-    if len(data) <= SIGN_ON_LOOP_BYTES and "imagesvc.provenance.sign" in sys.modules:
+    if len(data) <= SIGN_ON_LOOP_BYTES and _signed_once.is_set():
         return _sign(data, delivery.xmp, delivery.credentials, paths, stored_key)
     # Large files, and the first signature of a process (c2pa-python's import and the key's loading take ~0.2 s).
     loop = asyncio.get_running_loop()
@@ -229,4 +231,6 @@ def _sign(stored: bytes, xmp: str, credentials: Delivery, paths: SigningPaths, s
 
     if not credentials.rendition_sha256:
         credentials = replace(credentials, rendition_sha256=hashlib.sha256(stored).hexdigest())
-    return sign_delivery(stored, xmp, credentials, paths, stored_key)
+    signed = sign_delivery(stored, xmp, credentials, paths, stored_key)
+    _signed_once.set()
+    return signed

@@ -3,7 +3,12 @@
 aiohttp's HTTP protocol answers some requests itself, as plain text and without CORS: a request line or header over
 8,190 bytes, a request it cannot parse, and an exception that escaped every middleware. ``RequestHandler.handle_error``
 makes those answers; ``JsonErrorsRequestHandler`` overrides it, and ``Application`` (aiohttp's, with only its
-server factory changed) makes every connection use it, under ``web.run_app`` and the test servers alike.
+server factory changed) makes every connection use it, under ``web.run_app``, gunicorn's worker and the test servers.
+
+aiohttp 3.14 has no public hook for the connection handler's class: ``Application._make_handler`` (private) is
+overridden and the ``web.Server`` it returns gets one method more (``__call__`` reads the server's private ``_loop``
+and ``_kwargs``). So aiohttp is pinned to one minor version in pyproject.toml, ``Application`` refuses at start-up a
+server of another shape, and tests/http/test_protocol_shape.py fails when any of these private parts changes.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import secrets
 import warnings
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
@@ -85,5 +91,10 @@ with warnings.catch_warnings():
 
         def _make_handler(self, **kwargs: Any) -> web.Server:
             server = super()._make_handler(**kwargs)
+            if type(server) is not web.Server or not {"_loop", "_kwargs"} <= vars(server).keys():
+                raise RuntimeError(
+                    f"aiohttp {aiohttp.__version__} makes its server differently from the 3.14 that "
+                    "imagesvc/web/protocol.py was written for; update it (and the pin in pyproject.toml)"
+                )
             server.__class__ = _Server  # same state, one method more: the connection handler it makes
             return server
