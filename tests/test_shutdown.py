@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import random
@@ -12,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.library import copy_library
+from tests.servers import descendants
 
 CHUNK = 4096
 
@@ -162,3 +165,117 @@ def test_shutdown_timeout_bounds_the_drain(
             while chunk := sock.recv(1 << 20):
                 raw += chunk
     assert len(_split(raw)[2]) < len(expected)
+
+
+# A serving node whose search warm-up is still embedding or hashing (here: 90 s of CPU in a worker thread, standing
+# in for a large library's first embedding) when SIGTERM comes.
+_BUSY_WARM_UP = """
+import asyncio, sys, time
+import imagesvc.search.by_image as by_image
+
+def embed_for_a_long_time():
+    print("warm-up busy", file=sys.stderr, flush=True)
+    end = time.monotonic() + 90
+    while time.monotonic() < end:
+        sum(range(10_000))
+
+async def warm_up(services):
+    await asyncio.to_thread(embed_for_a_long_time)
+
+by_image.warm_up = warm_up
+from imagesvc.cli import main
+sys.exit(main(["serve", "--workers", sys.argv[1]]))
+"""
+
+
+def _cpu_seconds(pids: set[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_stops_background_work_too(data_dir: Path, cleanup: list[subprocess.Popen[str]], workers: int) -> None:
+    """The process (every worker) ends within the drain time although a warm-up thread would compute for 90 s more;
+    nothing of it is left using CPU after "stopped"."""
+    drain = 3
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
+    env |= {"IMAGESVC_DATA_DIR": str(data_dir), "IMAGESVC_PORT": str(_free_port())}
+    env |= {"IMAGESVC_SHUTDOWN_TIMEOUT": str(drain)}
+    cmd = [sys.executable, "-c", _BUSY_WARM_UP, str(workers)]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    cleanup.append(proc)
+    busy = 0
+    for line in proc.stderr:  # type: ignore[union-attr]
+        busy += "warm-up busy" in line
+        if busy == workers:
+            break
+    family = descendants(proc.pid) | {proc.pid}
+    time.sleep(0.5)
+    assert _cpu_seconds(family) > 0.2  # the stand-in embedding is computing
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    code = proc.wait(timeout=60)
+    took = time.monotonic() - signalled
+    assert code == 0 and took < drain + 3, f"exit {code} after {took:.1f} s (drain {drain} s)"
+    assert "stopped" in proc.stderr.read()  # type: ignore[union-attr]
+    time.sleep(0.5)
+    assert not [pid for pid in family if Path(f"/proc/{pid}").exists()]  # no thread of it computes on
+
+
+def _noise_jpeg(width: int, height: int) -> bytes:
+    from PIL import Image
+
+    pixels = random.Random(3).randbytes(width * height * 3)
+    out = io.BytesIO()
+    Image.frombytes("RGB", (width, height), pixels).save(out, "JPEG", quality=92)
+    return out.getvalue()
+
+
+def _search_by_image(port: int, body: bytes, outcomes: dict[int, str], n: int) -> None:
+    """One client: POST the picture, read to the end; its outcome is "response <status>", "closed" (a clean end
+    with no answer) or the error it met."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+            head = (
+                f"POST /api/gallery/search-by-image HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/jpeg\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            sock.sendall(head.encode() + body)
+            raw = b""
+            while chunk := sock.recv(65536):
+                raw += chunk
+        outcomes[n] = f"response {raw.split()[1].decode()}" if raw.startswith(b"HTTP/1.1 ") else "closed"
+    except OSError as exc:
+        outcomes[n] = f"error {exc!r}"
+
+
+def test_sigterm_during_searches_answers_or_closes_every_client(
+    data_dir: Path, cleanup: list[subprocess.Popen[str]]
+) -> None:
+    """12 searches by image (seconds of CPU each, in worker threads), SIGTERM 3 s in: every client gets an answer or a
+    clean close, and the process exits within the drain time instead of running every queued search first."""
+    drain = 4
+    proc, port = _serve(data_dir, timeout=drain)
+    cleanup.append(proc)
+    body = _noise_jpeg(3000, 2200)
+    outcomes: dict[int, str] = {}
+    clients = [threading.Thread(target=_search_by_image, args=(port, body, outcomes, n)) for n in range(12)]
+    for client in clients:
+        client.start()
+    time.sleep(3)
+    in_flight = 12 - len(outcomes)
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    code = proc.wait(timeout=120)
+    took = time.monotonic() - signalled
+    for client in clients:
+        client.join(timeout=30)
+    assert in_flight > 0, f"every search was done within 3 s ({outcomes}): nothing was in flight at the signal"
+    assert code == 0 and took < drain + 3, f"exit {code} after {took:.1f} s (drain {drain} s)"
+    assert len(outcomes) == 12 and all(o.startswith(("response", "closed")) for o in outcomes.values()), outcomes
