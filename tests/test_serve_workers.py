@@ -325,3 +325,17 @@ def test_a_signed_delivery_reuses_memory_instead_of_faulting_in_fresh_pages(data
     assert tuned[2] > 300_000  # a display-sized file
     assert untuned[1] > 200  # the page faults this guards against (more than 800 a request were seen)
     assert tuned[1] < 20
+
+
+@pytest.mark.parametrize(
+    ("env", "applies"),
+    [({}, True), ({"MALLOC_ARENA_MAX": "2"}, True), ({"MALLOC_MMAP_THRESHOLD_": "131072"}, False)],
+    ids=["default", "arena-max", "operator-threshold"],
+)
+def test_malloc_tuning_yields_only_to_the_operators_own_thresholds(env: dict[str, str], applies: bool) -> None:
+    """Container images often set MALLOC_ARENA_MAX: the thresholds are still tuned; setting one of them is the
+    operator's choice and is kept."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"} | env
+    cmd = [sys.executable, "-c", "from imagesvc.serving import tune_malloc; print(tune_malloc())"]
+    out = subprocess.run(cmd, env=environ, capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    assert out == str(applies)
