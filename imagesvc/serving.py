@@ -202,27 +202,37 @@ def _gunicorn_application(settings: Settings, workers: int, multiproc_dir: str) 
 
 def _serve_workers(settings: Settings, workers: int) -> int:
     """``workers`` processes under gunicorn's master; its exit code."""
+    master = os.getpid()
     multiproc_dir = tempfile.mkdtemp(prefix="imagesvc-metrics-")
     # Every worker's metrics go to files here (read before any metric exists: see observability.Metrics).
     os.environ[MULTIPROC_ENV] = multiproc_dir
     try:
         _gunicorn_application(settings, workers, multiproc_dir).run()
-        return 0
+        code = 0
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 0
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     finally:
-        shutil.rmtree(multiproc_dir, ignore_errors=True)
-        os.environ.pop(MULTIPROC_ENV, None)
+        if os.getpid() == master:
+            shutil.rmtree(multiproc_dir, ignore_errors=True)
+            os.environ.pop(MULTIPROC_ENV, None)
+    if os.getpid() != master:  # a worker leaving gunicorn's fork by sys.exit (it failed to boot): not the master
+        _leave(code)
+    return code
 
 
 def serve(settings: Settings, workers: int) -> int:
     """Serve with ``workers`` processes (1: in this process); returns the exit code (the process ends with it)."""
     where = f"http://{settings.host}:{settings.port}"
     print(f"imagesvc serving on {where} (storage: {settings.storage}, {workers} workers)", file=sys.stderr)
-    if settings.c2pa_sign:  # make the local signing CA once here, not in N racing workers
+    # Make the local signing CA, and create or migrate the catalog, once here: not in N racing workers (two workers
+    # creating one catalog's tables at once made one fail to start).
+    if settings.c2pa_sign:
         from imagesvc.provenance.credentials import signing_paths
 
         signing_paths(settings)
+    from imagesvc.catalog import Catalog
+
+    Catalog(settings.data_dir / "catalog.sqlite3").close()
     if workers == 1:
         run_server(settings)
         code = 0

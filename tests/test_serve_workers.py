@@ -339,3 +339,15 @@ def test_malloc_tuning_yields_only_to_the_operators_own_thresholds(env: dict[str
     cmd = [sys.executable, "-c", "from imagesvc.serving import tune_malloc; print(tune_malloc())"]
     out = subprocess.run(cmd, env=environ, capture_output=True, text=True, check=True, timeout=60).stdout.strip()
     assert out == str(applies)
+
+
+def test_workers_start_together_on_a_fresh_data_dir(serve: Any, tmp_path: Path) -> None:
+    """No catalog yet: it is made once, before the workers start (workers creating it at once made one fail to
+    boot, and gunicorn then stops the whole server). Repeated, as the race it guards against is one of timing."""
+    for n in range(3):
+        proc, port = serve(3, data_dir=str(tmp_path / f"fresh-{n}"))
+        assert proc.poll() is None and len(_workers(proc.pid)) == 3
+        assert _get(port, "/health") == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert "failed to boot" not in proc.stderr.read()  # type: ignore[union-attr]
