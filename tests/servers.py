@@ -14,6 +14,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -251,7 +252,7 @@ def _as_user(user: str | None, *command: str) -> list[str]:
 def start_postgres(workdir: Path) -> tuple[PostgresServer, Stop]:
     """A PostgreSQL cluster in ``workdir`` (initdb, then pg_ctl on a free loopback port, ~2 s), with an empty
     ``imagesvc`` database and trust authentication on loopback. As root the server runs as ``nobody`` (PostgreSQL
-    refuses to run as root)."""
+    refuses to run as root) in a temp folder of its own instead of ``workdir``."""
     bindir = next((d for d in PG_BIN_DIRS if (d / "initdb").exists()), None)
     if bindir is None:
         found = shutil.which("initdb")
@@ -263,17 +264,14 @@ def start_postgres(workdir: Path) -> tuple[PostgresServer, Stop]:
         if shutil.which("runuser") is None:
             raise ServerUnavailable("running as root and runuser is missing: PostgreSQL cannot run as root")
         user = "nobody"
-    workdir.mkdir(parents=True, exist_ok=True)
-    datadir = workdir / "pgdata"
     if user:
+        # A folder of its own under the system temp dir, owned by that user: pytest keeps its own temp root private
+        # (0700) and may reset it at any time, which would lock the server out of a data dir inside it.
+        workdir = Path(tempfile.mkdtemp(prefix="imagesvc-postgres-"))
         shutil.chown(workdir, user)
-        workdir.chmod(0o755)
-        for parent in workdir.parents:  # nobody must be able to reach its folder (pytest's temp root is 0700)
-            if parent == Path("/"):
-                break
-            mode = parent.stat().st_mode
-            if not mode & 0o001:
-                parent.chmod(mode | 0o001)
+    else:
+        workdir.mkdir(parents=True, exist_ok=True)
+    datadir = workdir / "pgdata"
     init = subprocess.run(
         _as_user(
             user,
@@ -308,10 +306,14 @@ def start_postgres(workdir: Path) -> tuple[PostgresServer, Stop]:
     )
     if created.returncode != 0:
         server.stop("immediate")
+        if user:
+            shutil.rmtree(workdir, ignore_errors=True)
         raise ServerUnavailable(f"createdb failed: {created.stderr[-2000:]}")
 
     def stop() -> None:
         server.stop("immediate")
+        if user:
+            shutil.rmtree(workdir, ignore_errors=True)
 
     return server, stop
 
