@@ -120,8 +120,8 @@ class PostgresCatalog(Catalog):
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, round(connect_timeout))}
         if options:
             kwargs["options"] = options
-        try:
-            with psycopg.connect(url, **kwargs) as conn:
+        try:  # migrations (index builds on a large catalog) run without the serving statement timeout
+            with psycopg.connect(url, autocommit=True, connect_timeout=kwargs["connect_timeout"]) as conn:
                 self.schema_version = migrate_postgres(conn)
         except _DOWN as exc:
             raise Unavailable(f"The catalog database cannot be reached: {_reason(exc)}", retry_after=2) from exc
