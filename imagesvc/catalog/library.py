@@ -164,7 +164,7 @@ def query_books(
         if expression is None:
             return [], 0
         if postgres:  # the GIN index books_search (migration 4); ts_rank is higher for better, so negated
-            query = "to_tsquery('simple', ?)"
+            query = "to_tsquery('simple', imagesvc_fold(?))"
             where.append(f"imagesvc_book_doc(b.title, b.author) @@ {query}")
             args.append(tsquery(f.search))
             rank, rank_args = f"-ts_rank(imagesvc_book_doc(b.title, b.author), {query})", [tsquery(f.search)]

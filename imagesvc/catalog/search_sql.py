@@ -29,7 +29,7 @@ def postgres_text_search(catalog: Any, query: str, stop_words: Collection[str], 
     terms[-1] += ":*"
     rows = catalog.query_all(
         f"SELECT i.id AS id, ts_rank({_WEIGHTS}, {DOC}, q) AS rank FROM illustrations i,"
-        " to_tsquery('simple', ?) AS q"
+        " to_tsquery('simple', imagesvc_fold(?)) AS q"
         f" WHERE {DOC} @@ q ORDER BY rank DESC, i.id LIMIT ?",
         (" | ".join(terms), limit),
     )
@@ -44,5 +44,6 @@ def postgres_matching_rows(catalog: Any, words: list[str]) -> list[dict[str, Any
     terms = _terms(words)
     terms[-1] += ":*"
     return catalog.query_all(
-        f"SELECT i.id AS id FROM illustrations i WHERE {DOC} @@ to_tsquery('simple', ?)", (" <-> ".join(terms),)
+        f"SELECT i.id AS id FROM illustrations i WHERE {DOC} @@ to_tsquery('simple', imagesvc_fold(?))",
+        (" <-> ".join(terms),),
     )

@@ -213,6 +213,7 @@ def test_browse_filters_and_title_search(library: Catalog) -> None:
     assert titles(search="gesund") == ["Gart der Gesundheit"]  # the last word also as a prefix
     assert titles(search="heavens cellarius") == ["atlas of the heavens"]
     assert titles(search="moses") == ["Zohar"]
+    assert titles(search="leon") == ["Zohar"]  # diacritics folded: "León"
     assert titles(search="!!") == []
     assert titles(year_from=1500) == ["atlas of the heavens"]
     assert titles(category="ASTRONOMY") == ["atlas of the heavens"]
@@ -239,6 +240,7 @@ def test_illustration_text_search_finds_the_same_on_both_backends(library: Catal
     assert matching_ids(library, "guarding dragon") == set()  # a phrase: its words in order
     assert matching_ids(library, "MAP") == {illustration_id(herbal, 2, 0)}  # by type
     assert text_search(library, "") == {}
+    assert set(text_search(library, "dragón")) == {illustration_id(herbal, 2, 0)}  # diacritics folded both ways
 
 
 def test_api_keys_issue_look_up_and_revoke(catalog: Catalog) -> None:
@@ -345,6 +347,18 @@ def test_ingest_finds_a_pages_illustrations_by_index(catalog: Catalog) -> None:
                 r[0] for r in conn.execute("EXPLAIN SELECT id FROM illustrations WHERE page_id = ?", ("x",))
             )
         assert "illustrations_by_page" in plan
+        from imagesvc.catalog.search_sql import DOC
+
+        searches = {  # the text searches read their GIN indexes (migrations 3 and 4)
+            "illustrations_search": f"SELECT i.id FROM illustrations i WHERE {DOC} @@ to_tsquery('simple', ?)",
+            "books_search": "SELECT b.id FROM books b WHERE imagesvc_book_doc(b.title, b.author)"
+            " @@ to_tsquery('simple', imagesvc_fold(?))",
+        }
+        for index, sql in searches.items():
+            with catalog.transaction() as conn:
+                conn.execute("SET LOCAL enable_seqscan = off")
+                plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN {sql}", ("'x'",)))
+            assert f"Index Scan on {index}" in plan, plan
 
 
 def test_json_columns_round_trip(library: Catalog) -> None:

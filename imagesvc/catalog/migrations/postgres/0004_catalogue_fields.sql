@@ -18,6 +18,6 @@ CREATE INDEX books_recent ON books (ingested_at DESC NULLS LAST, lower(title), i
 CREATE INDEX books_by_title ON books (lower(title), id);
 CREATE FUNCTION imagesvc_book_doc(title TEXT, author TEXT) RETURNS tsvector
     LANGUAGE SQL IMMUTABLE PARALLEL SAFE AS $$
-    SELECT to_tsvector('simple'::regconfig, coalesce(title, '') || ' ' || coalesce(author, ''))
+    SELECT to_tsvector('simple'::regconfig, imagesvc_fold(coalesce(title, '') || ' ' || coalesce(author, '')))
 $$;
 CREATE INDEX books_search ON books USING gin (imagesvc_book_doc(title, author));
