@@ -13,7 +13,13 @@ def open_catalog(settings: Any, *, serving: bool = False) -> Catalog:
     """The configured catalog, migrated to the current schema. ``serving`` bounds each PostgreSQL statement (the
     event loop waits on reads), where ingest and index run long scans and writes unbounded."""
     if getattr(settings, "catalog", "sqlite") == "postgres":
-        from imagesvc.catalog.postgres import PostgresCatalog
+        try:
+            from imagesvc.catalog.postgres import PostgresCatalog
+        except ImportError as exc:
+            raise RuntimeError(
+                f"IMAGESVC_CATALOG=postgres needs psycopg, which is not installed ({exc}): "
+                "pip install 'imagesvc[postgres]'"
+            ) from exc
 
         return PostgresCatalog(
             settings.database_url,
