@@ -77,13 +77,11 @@ def _postgres_catalog(settings: Settings) -> Finding:
 
     try:
         with psycopg.connect(settings.database_url, connect_timeout=5) as conn:
-            row = conn.execute(
-                "SELECT CASE WHEN to_regclass('schema_version') IS NULL THEN 0"
-                " ELSE (SELECT coalesce(max(version), 0) FROM schema_version) END"
-            ).fetchone()
+            exists = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
+            row = conn.execute("SELECT max(version) FROM schema_version").fetchone() if exists and exists[0] else None
     except psycopg.Error as exc:
         return Finding("fail", "catalog", f"the catalog database cannot be reached: {str(exc).strip()[:200]}")
-    version = int(row[0]) if row else 0
+    version = int(row[0] or 0) if row else 0
     if version < SCHEMA_VERSION:
         return Finding("warn", "catalog", f"database schema {version} < {SCHEMA_VERSION}: migrated on the next open")
     if version > SCHEMA_VERSION:
