@@ -9,7 +9,7 @@ from aiohttp import web
 
 from imagesvc.access import make_access
 from imagesvc.access.identity import CrawlerVerifier, Identifier, Resolver, SystemResolver
-from imagesvc.catalog import Catalog
+from imagesvc.catalog.backends import open_catalog
 from imagesvc.observability import MeteredStore, Metrics
 from imagesvc.pages import html_error_middleware, setup_pages
 from imagesvc.services import Services, colophon_secret
@@ -53,7 +53,7 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
     app.on_response_prepare.append(on_prepare)
 
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:
-        catalog = Catalog(settings.data_dir / "catalog.sqlite3")
+        catalog = open_catalog(settings, serving=True)
         store = HotObjects(MeteredStore(make_store(settings), app[METRICS].store_errors), settings.hot_cache_bytes)
         app[METRICS].watch_hot_objects(store)
         app[SERVICES] = services = Services(settings, catalog, store, colophon_secret(settings))

@@ -23,7 +23,7 @@ __all__ = ["EXIT_REFUSED", "cmd_demo", "cmd_doctor", "cmd_index", "cmd_ingest", 
 
 
 async def _ingest(settings: Settings, manifest_path: Path, progress: bool) -> dict[str, Any]:
-    from imagesvc.catalog import Catalog
+    from imagesvc.catalog.backends import open_catalog
     from imagesvc.ingest.manifest import load_manifest
     from imagesvc.ingest.pipeline import ingest
     from imagesvc.ingest.workers import make_pool
@@ -31,7 +31,7 @@ async def _ingest(settings: Settings, manifest_path: Path, progress: bool) -> di
 
     manifest = load_manifest(manifest_path)
     store = make_store(settings)
-    catalog = Catalog(settings.data_dir / "catalog.sqlite3")
+    catalog = open_catalog(settings)
     pool = make_pool(settings.workers)
     try:
         if isinstance(store, CreatesBucket):
@@ -64,6 +64,9 @@ def cmd_snapshot(settings: Settings, args: argparse.Namespace) -> int:
     """Publish a catalog snapshot now (after `keys create` or `keys revoke` on the publishing host)."""
     from imagesvc.storage import make_store
 
+    if settings.catalog == "postgres":
+        print("imagesvc: nothing to publish: with IMAGESVC_CATALOG=postgres every node reads the one database")
+        return 0
     if not settings.snapshot_prefix:
         print("imagesvc: set IMAGESVC_SNAPSHOT_PREFIX to say where snapshots live", file=sys.stderr)
         return 2
@@ -108,10 +111,10 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     result = asyncio.run(_ingest(settings, manifest, progress=not args.quiet))
     _print_ingest(result, args.json)
     if settings.text_model != "off":  # so that the first text search of `make run` finds the text index ready
-        from imagesvc.catalog import Catalog
+        from imagesvc.catalog.backends import open_catalog
         from imagesvc.search.dense import run_text_index
 
-        catalog = Catalog(settings.data_dir / "catalog.sqlite3")
+        catalog = open_catalog(settings)
         try:
             text = asyncio.run(run_text_index(settings, catalog))
         finally:
@@ -124,7 +127,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
     """Embed new and changed illustrations (text model; CLIP when weights are configured), hash their windows for
     search by image, and publish the indexes (docs/search.md)."""
-    from imagesvc.catalog import Catalog
+    from imagesvc.catalog.backends import open_catalog
     from imagesvc.search.block_index import sync_blocks
     from imagesvc.search.clip import Encoder, clip_spec
     from imagesvc.search.dense import run_text_index
@@ -133,7 +136,7 @@ def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
 
     async def go() -> dict[str, Any]:
         spec = clip_spec(settings)
-        store, catalog = make_store(settings), Catalog(settings.data_dir / "catalog.sqlite3")
+        store, catalog = make_store(settings), open_catalog(settings)
         result: dict[str, Any] = {}
         try:
             text = await run_text_index(settings, catalog, full=args.full)
@@ -165,13 +168,13 @@ def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _rebake(settings: Settings, books: list[str]) -> str:
-    from imagesvc.catalog import Catalog
+    from imagesvc.catalog.backends import open_catalog
     from imagesvc.ingest.rebake import rebake_marks
     from imagesvc.ingest.workers import make_pool
     from imagesvc.storage import make_store
 
     store = make_store(settings)
-    catalog = Catalog(settings.data_dir / "catalog.sqlite3")
+    catalog = open_catalog(settings)
     pool = make_pool(settings.workers)
     try:
         summary = await rebake_marks(settings=settings, catalog=catalog, store=store, pool=pool, books=books or None)
@@ -190,10 +193,10 @@ def cmd_marks(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     """Issue, list and revoke API keys (stored as hashes in the catalog)."""
-    from imagesvc.catalog import Catalog
     from imagesvc.catalog.api_keys import create_key, list_keys, revoke_key
+    from imagesvc.catalog.backends import open_catalog
 
-    catalog = Catalog(settings.data_dir / "catalog.sqlite3")
+    catalog = open_catalog(settings)
     try:
         if args.keys_command == "create":
             expires = None

@@ -72,7 +72,27 @@ def _private_masters(settings: Settings) -> Finding:
     return Finding("fail", "privacy", "an unsigned read succeeded: masters would be public; fix the bucket policy")
 
 
+def _postgres_catalog(settings: Settings) -> Finding:
+    """Reach the catalog database and read its schema version (without migrating it)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(settings.database_url, connect_timeout=5) as conn:
+            exists = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
+            row = conn.execute("SELECT max(version) FROM schema_version").fetchone() if exists and exists[0] else None
+    except psycopg.Error as exc:
+        return Finding("fail", "catalog", f"the catalog database cannot be reached: {str(exc).strip()[:200]}")
+    version = int(row[0] or 0) if row else 0
+    if version < SCHEMA_VERSION:
+        return Finding("warn", "catalog", f"database schema {version} < {SCHEMA_VERSION}: migrated on the next open")
+    if version > SCHEMA_VERSION:
+        return Finding("fail", "catalog", f"database schema {version} is newer than this imagesvc: upgrade")
+    return Finding("ok", "catalog", f"PostgreSQL catalog, schema {version} is current")
+
+
 def _catalog(settings: Settings) -> Finding:
+    if settings.catalog == "postgres":
+        return _postgres_catalog(settings)
     path = Path(settings.data_dir) / "catalog.sqlite3"
     if not path.exists():
         return Finding(

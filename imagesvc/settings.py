@@ -54,6 +54,13 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError("expected a positive number")
+    return value
+
+
 def _non_negative_int(raw: str) -> int:
     value = int(raw)
     if value < 0:
@@ -128,6 +135,23 @@ class Settings:
         "", "Public base URL of the image host. Empty: the app's own /img/ (local storage only).", _url
     )
     storage: str = _opt("local", "Object store backend: local or s3.", _choice("local", "s3"))
+    catalog: str = _opt(
+        "sqlite",
+        "Catalog backend: sqlite (one file in the data dir, the embedded default) or postgres (one database shared "
+        "by every node and ingester, IMAGESVC_DATABASE_URL; docs/operations.md).",
+        _choice("sqlite", "postgres"),
+    )
+    database_url: str = _opt(
+        "", "PostgreSQL URL when IMAGESVC_CATALOG=postgres (postgresql://user:password@host:5432/db).", str, secret=True
+    )
+    database_pool_size: int = _opt(
+        10, "Most PostgreSQL connections one process holds (IMAGESVC_CATALOG=postgres).", _positive_int
+    )
+    database_pool_timeout: float = _opt(
+        2.0,
+        "Seconds a catalog read waits for a free PostgreSQL connection before answering 503 unavailable.",
+        _positive_float,
+    )
     s3_endpoint: str = _opt("", "S3 endpoint URL (empty: the AWS default for the region).", _url)
     s3_bucket: str = _opt("imagesvc", "S3 bucket holding masters, clean copies and the public prefix.", str)
     s3_region: str = _opt("us-east-1", "S3 region.", str)
@@ -332,6 +356,13 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         raise SettingsError(
             f"IMAGESVC_SNAPSHOT_PREFIX={settings.snapshot_prefix!r} is under pub/, the prefix the image host "
             "publishes: the catalog would be readable by anyone. Use a private prefix such as snapshots/."
+        )
+    if settings.catalog == "postgres" and not settings.database_url:
+        raise SettingsError("IMAGESVC_DATABASE_URL must be set when IMAGESVC_CATALOG=postgres")
+    if settings.catalog == "postgres" and settings.snapshot_prefix:
+        raise SettingsError(
+            "IMAGESVC_SNAPSHOT_PREFIX is for SQLite catalogs only: with IMAGESVC_CATALOG=postgres every node reads "
+            "the one database, so there is no catalog snapshot to publish or follow; unset it"
         )
     if not 1 <= settings.jpeg_quality <= 95:
         raise SettingsError(f"IMAGESVC_JPEG_QUALITY={settings.jpeg_quality!r} is not valid: expected 1 to 95")

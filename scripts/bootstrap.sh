@@ -8,7 +8,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 # pip's extra local indexes on some machines print one warning per package; keep the output readable.
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,clip,text]' 2>&1 | grep -v 'is ignored' || true
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,clip,text,postgres]' 2>&1 | grep -v 'is ignored' || true
 # iiif-prezi3 (IIIF Presentation 3 models, used by the tests to validate manifests) pins Pillow<=12.0.0 for its own
 # image helpers, which the tests do not use; installed without its dependencies so Pillow stays current.
 prezi=$("$venv/bin/python" -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["prezi"])')

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Install the Debian packages the test suite and the demo need (Redis, Ceph RGW, vips, nginx, wrk, libmagic, fonts,
-# docker-compose to check docker/compose.yaml without an engine).
+# Install the Debian packages the test suite and the demo need (Redis, PostgreSQL, Ceph RGW, vips, nginx, wrk,
+# libmagic, fonts, docker-compose to check docker/compose.yaml without an engine).
 # Run as root on a fresh Debian machine; as any other user it only prints what to run. Does nothing when all are present.
 set -euo pipefail
 
-PACKAGES=(redis-server radosgw ceph-mon ceph-osd libvips-tools nginx-light wrk libmagic1 fonts-dejavu-core docker-compose)
+PACKAGES=(redis-server postgresql radosgw ceph-mon ceph-osd libvips-tools nginx-light wrk libmagic1 fonts-dejavu-core docker-compose)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -11,10 +11,12 @@ import pytest
 
 from tests.library import build_library
 from tests.servers import (
+    PostgresServer,
     S3Server,
     ServerUnavailable,
     start_ceph_rgw,
     start_moto,
+    start_postgres,
     start_redis,
     start_redis_cluster_node,
 )
@@ -66,6 +68,14 @@ def redis_cluster_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     """URL of a one-node Redis Cluster holding every slot (cross-slot commands and scripts are refused)."""
     workdir: Path = tmp_path_factory.mktemp("redis-cluster")
     yield from _serve(lambda: start_redis_cluster_node(workdir))
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A throw-away PostgreSQL cluster on loopback (``tests.servers.create_database`` gives a test its own
+    database); its ``stop()``/``start()`` take it down and back on the same port for outage tests."""
+    workdir: Path = tmp_path_factory.mktemp("postgres")
+    yield from _serve(lambda: start_postgres(workdir))
 
 
 # ---- end of real servers ----

@@ -1,4 +1,5 @@
-"""Start real servers for tests (moto's S3, Ceph RGW, Redis) on free loopback ports, each with a stop function.
+"""Start real servers for tests (moto's S3, Ceph RGW, Redis, PostgreSQL) on free loopback ports, each with a stop
+function.
 
 Every ``start_*`` raises ``ServerUnavailable`` when the server cannot run on this machine (not installed, failed
 to start); the pytest fixtures in ``tests/conftest.py`` turn that into a skip, or a failure when ``CI=true``.
@@ -13,19 +14,23 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "PostgresServer",
     "S3Server",
     "ServerUnavailable",
+    "create_database",
     "descendants",
     "free_port",
     "parents",
     "start_ceph_rgw",
     "start_moto",
+    "start_postgres",
     "start_redis",
 ]
 
@@ -203,3 +208,125 @@ def start_redis_cluster_node(workdir: Path, *, timeout: float = 10.0) -> tuple[s
         stop()
         raise
     return url, stop
+
+
+# ---- PostgreSQL ----
+
+PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)  # Debian's layout, newest first
+
+
+@dataclass
+class PostgresServer:
+    """A throw-away PostgreSQL cluster on loopback: ``url`` reaches its ``imagesvc`` database; ``stop()`` and
+    ``start()`` stop and restart the server on the same port and data (for outage tests)."""
+
+    url: str
+    port: int
+    datadir: Path
+    bindir: Path
+    user: str | None  # the unprivileged account the server runs as when the tests run as root
+
+    def _pg_ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        command = [str(self.bindir / "pg_ctl"), "-D", str(self.datadir), *args]
+        if self.user:
+            command = ["runuser", "-u", self.user, "--", *command]
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+
+    def start(self) -> None:
+        log = self.datadir.parent / "server.log"
+        options = f"-p {self.port} -k {self.datadir.parent} -c listen_addresses=127.0.0.1 -c fsync=off"
+        options += " -c full_page_writes=off -c synchronous_commit=off -c max_connections=200"
+        done = self._pg_ctl("-w", "-t", "60", "-l", str(log), "-o", options, "start")
+        if done.returncode != 0:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise ServerUnavailable(f"PostgreSQL did not start (exit {done.returncode}): {done.stderr}\n{tail}")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._pg_ctl("-m", mode, "-w", "stop")
+
+
+def _as_user(user: str | None, *command: str) -> list[str]:
+    return ["runuser", "-u", user, "--", *command] if user else list(command)
+
+
+def start_postgres(workdir: Path) -> tuple[PostgresServer, Stop]:
+    """A PostgreSQL cluster in ``workdir`` (initdb, then pg_ctl on a free loopback port, ~2 s), with an empty
+    ``imagesvc`` database and trust authentication on loopback. As root the server runs as ``nobody`` (PostgreSQL
+    refuses to run as root) in a temp folder of its own instead of ``workdir``."""
+    bindir = next((d for d in PG_BIN_DIRS if (d / "initdb").exists()), None)
+    if bindir is None:
+        found = shutil.which("initdb")
+        bindir = Path(found).parent if found else None
+    if bindir is None:
+        raise ServerUnavailable("PostgreSQL is not installed (scripts/install-system-deps.sh installs postgresql)")
+    user = None
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            raise ServerUnavailable("running as root and runuser is missing: PostgreSQL cannot run as root")
+        user = "nobody"
+    if user:
+        # A folder of its own under the system temp dir, owned by that user: pytest keeps its own temp root private
+        # (0700) and may reset it at any time, which would lock the server out of a data dir inside it.
+        workdir = Path(tempfile.mkdtemp(prefix="imagesvc-postgres-"))
+        shutil.chown(workdir, user)
+    else:
+        workdir.mkdir(parents=True, exist_ok=True)
+    datadir = workdir / "pgdata"
+    init = subprocess.run(
+        _as_user(
+            user,
+            str(bindir / "initdb"),
+            "-D",
+            str(datadir),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--locale=C",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if init.returncode != 0:
+        raise ServerUnavailable(f"initdb failed (exit {init.returncode}): {init.stderr[-2000:]}")
+    port = free_port()
+    server = PostgresServer(f"postgresql://postgres@127.0.0.1:{port}/imagesvc", port, datadir, bindir, user)
+    server.start()
+    created = subprocess.run(
+        [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "imagesvc"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if created.returncode != 0:
+        server.stop("immediate")
+        if user:
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise ServerUnavailable(f"createdb failed: {created.stderr[-2000:]}")
+
+    def stop() -> None:
+        server.stop("immediate")
+        if user:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    return server, stop
+
+
+def create_database(server: PostgresServer, name: str) -> str:
+    """A new empty database on ``server``; its URL (each test that needs a clean catalog takes one)."""
+    done = subprocess.run(
+        [str(server.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres", name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"createdb {name} failed: {done.stderr}")
+    return f"postgresql://postgres@127.0.0.1:{server.port}/{name}"

@@ -17,7 +17,12 @@ from imagesvc.settings import SettingsError, load_settings
 from tests.parts import missing_part
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"
-SECRETS = {"MINIO_ROOT_PASSWORD": "minio-pw", "IMAGESVC_SESSION_SECRET": "s", "IMAGESVC_COLOPHON_SECRET": "c"}
+SECRETS = {
+    "POSTGRES_PASSWORD": "pg-pw",
+    "MINIO_ROOT_PASSWORD": "minio-pw",
+    "IMAGESVC_SESSION_SECRET": "s",
+    "IMAGESVC_COLOPHON_SECRET": "c",
+}
 
 
 def _tool(*names: str) -> str:
@@ -62,14 +67,20 @@ def test_compose_config_resolves_and_its_app_settings_load() -> None:
     assert done.returncode == 0, done.stderr
     config = yaml.safe_load(done.stdout)
     services = config["services"]
-    assert {"app1", "app2", "minio", "minio-init", "redis", "proxy"} <= services.keys()
-    for name in ("app1", "app2"):
+    assert {"app1", "app2", "postgres", "minio", "minio-init", "redis", "proxy"} <= services.keys()
+    for name in ("app1", "app2", "ingester"):
         environment = {k: str(v) for k, v in services[name]["environment"].items()}
         try:
             settings = load_settings(environment)  # every variable is a real setting and every value parses
         except SettingsError as exc:
             pytest.fail(f"{name}: {exc}")
         assert settings.storage == "s3" and settings.access_backend == "redis" and settings.log_format == "json"
+        # one catalog for every node and ingester, and no per-node data: nothing is mounted at the data dir
+        assert settings.catalog == "postgres" and "@postgres:5432/" in settings.database_url
+        assert not settings.snapshot_prefix
+        targets = [v["target"] if isinstance(v, dict) else v.split(":")[1] for v in services[name].get("volumes", [])]
+        assert not [t for t in targets if t.startswith("/data")], targets
+        assert "postgres" in services[name]["depends_on"]
         grace = services[name]["stop_grace_period"]
         assert int(grace.rstrip("s")) > settings.shutdown_timeout  # Docker must not SIGKILL mid-drain
 
@@ -77,7 +88,9 @@ def test_compose_config_resolves_and_its_app_settings_load() -> None:
 def test_compose_refuses_to_start_without_secrets() -> None:
     done = _compose_config({})
     assert done.returncode != 0
-    assert "MINIO_ROOT_PASSWORD" in done.stderr
+    assert "MINIO_ROOT_PASSWORD" in done.stderr or "POSTGRES_PASSWORD" in done.stderr
+    without_postgres = _compose_config({k: v for k, v in SECRETS.items() if k != "POSTGRES_PASSWORD"})
+    assert without_postgres.returncode != 0 and "POSTGRES_PASSWORD" in without_postgres.stderr
 
 
 def test_nginx_config_is_valid(tmp_path: Path) -> None:

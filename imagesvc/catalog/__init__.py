@@ -1,7 +1,11 @@
-"""The SQLite catalog: books, pages, renditions, illustrations and collections.
+"""The catalog: books, pages, renditions, illustrations and collections, in SQLite (``Catalog``, the embedded
+default) or PostgreSQL (``imagesvc.catalog.postgres.PostgresCatalog``, one database for many nodes).
 
-Reads are indexed single-row or single-book lookups (well under a millisecond), so the service calls them directly;
-writes come from ingest, one transaction per book. Rows come back as plain dicts with JSON columns decoded.
+Both backends answer the one protocol below. Reads are indexed single-row or single-book lookups (well under a
+millisecond), so the service calls them directly; writes come from ingest, one transaction per book. Rows come back
+as plain dicts with JSON columns decoded. The SQL is written once, in the dialect both engines accept (``?``
+parameters; PostgreSQL's backend translates them); the few dialect-specific queries branch on ``catalog.dialect``.
+Open the configured backend with ``imagesvc.catalog.backends.open_catalog(settings)``.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ def _row(row: sqlite3.Row | None) -> dict[str, Any] | None:
 class Catalog:
     """One connection to the catalog file (WAL mode), migrated to the current schema on open."""
 
+    dialect = "sqlite"
+
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         if str(path) != ":memory:":
@@ -80,8 +86,9 @@ class Catalog:
         self._conn.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction; everything inside commits together or not at all."""
+    def transaction(self, *, search: bool = True) -> Iterator[sqlite3.Connection]:
+        """A write transaction; everything inside commits together or not at all. ``search=False`` says the write
+        changes nothing search state reads (API keys): PostgreSQL then leaves its change counter alone."""
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             yield self._conn
@@ -96,6 +103,19 @@ class Catalog:
     def query_all(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
         return [_row(r) for r in self._conn.execute(sql, tuple(args)).fetchall()]  # type: ignore[misc]
 
+    def scalar(self, sql: str, args: Iterable[Any] = ()) -> Any:
+        """The first column of the first row (None when there is no row)."""
+        row = self._conn.execute(sql, tuple(args)).fetchone()
+        return None if row is None else row[0]
+
+    def column(self, sql: str, args: Iterable[Any] = ()) -> list[Any]:
+        """The first column of every row."""
+        return [r[0] for r in self._conn.execute(sql, tuple(args)).fetchall()]
+
+    def data_version(self) -> Any:
+        """A value that changes when another connection commits a catalog write (search state rebuilds on it)."""
+        return self.scalar("PRAGMA data_version")
+
     def stream(self, sql: str, args: Iterable[Any] = ()) -> Iterator[tuple[Any, ...]]:
         """The rows of a large read one at a time, as plain tuples with JSON columns left as text.
 
@@ -109,27 +129,30 @@ class Catalog:
 
     def counts(self) -> dict[str, int]:
         """Numbers of live books, pages, pages without an image, illustrations and collections."""
-        q = self._conn.execute
+        q = self.scalar
         return {
-            "books": q("SELECT count(*) FROM books WHERE withdrawn = 0").fetchone()[0],
-            "pages": q(
-                "SELECT count(*) FROM pages p JOIN books b ON b.id = p.book_id WHERE b.withdrawn = 0"
-            ).fetchone()[0],
+            "books": q("SELECT count(*) FROM books WHERE withdrawn = 0"),
+            "pages": q("SELECT count(*) FROM pages p JOIN books b ON b.id = p.book_id WHERE b.withdrawn = 0"),
+            # the partial index pages_without_image (migration 5): no page row is read, only that index
             "pages_without_image": q(
-                "SELECT count(*) FROM pages p JOIN books b ON b.id = p.book_id WHERE b.withdrawn = 0 "
-                "AND p.image_unavailable = 1"
-            ).fetchone()[0],
+                f"SELECT count(*) FROM pages p {self._indexed_by('pages_without_image')} JOIN books b"
+                " ON b.id = p.book_id WHERE b.withdrawn = 0 AND p.image_unavailable = 1"
+            ),
             "illustrations": q(
                 "SELECT count(*) FROM illustrations i JOIN books b ON b.id = i.book_id "
                 "WHERE b.withdrawn = 0 AND i.removed = 0"
-            ).fetchone()[0],
-            "collections": q("SELECT count(*) FROM collections").fetchone()[0],
+            ),
+            "collections": q("SELECT count(*) FROM collections"),
             "schema_version": SCHEMA_VERSION,
         }
 
+    def _indexed_by(self, index: str) -> str:
+        """SQLite's hint to read a table through ``index`` (PostgreSQL's planner needs none)."""
+        return f"INDEXED BY {index}"
+
     def list_books(self, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         """Live books ordered by title, and the total count."""
-        total = self._conn.execute("SELECT count(*) FROM books WHERE withdrawn = 0").fetchone()[0]
+        total = self.scalar("SELECT count(*) FROM books WHERE withdrawn = 0")
         rows = self.query_all(
             "SELECT b.*, (SELECT count(*) FROM pages p WHERE p.book_id = b.id) AS page_count,"
             " (SELECT count(*) FROM pages p WHERE p.book_id = b.id AND p.translation IS NOT NULL) AS translated_pages"
@@ -177,9 +200,7 @@ class Catalog:
         )
 
     def page_numbers(self, book_id: str) -> list[int]:
-        return [
-            r[0] for r in self._conn.execute("SELECT number FROM pages WHERE book_id = ? ORDER BY number", (book_id,))
-        ]
+        return self.column("SELECT number FROM pages WHERE book_id = ? ORDER BY number", (book_id,))
 
     def renditions(self, owners: Iterable[str]) -> dict[str, dict[str, dict[str, Any]]]:
         """``{owner: {tier: rendition row}}`` for page or illustration ids."""
@@ -239,9 +260,4 @@ class Catalog:
         return row
 
     def _item_ids(self, slug: str) -> list[str]:
-        return [
-            r[0]
-            for r in self._conn.execute(
-                "SELECT illustration_id FROM collection_items WHERE slug = ? ORDER BY position", (slug,)
-            )
-        ]
+        return self.column("SELECT illustration_id FROM collection_items WHERE slug = ? ORDER BY position", (slug,))

@@ -57,7 +57,7 @@ def create_key(catalog: Catalog, tier: str, label: str = "", expires_at: datetim
     while True:
         key_id = secrets.token_hex(4)
         key = f"isk_{key_id}_{secrets.token_urlsafe(32)}"
-        with catalog.transaction() as conn:
+        with catalog.transaction(search=False) as conn:
             if conn.execute("SELECT 1 FROM api_keys WHERE id = ?", (key_id,)).fetchone():
                 continue
             conn.execute(
@@ -90,6 +90,6 @@ def list_keys(catalog: Catalog) -> list[ApiKey]:
 
 def revoke_key(catalog: Catalog, key_id: str) -> bool:
     """Revoke by public id; returns whether a live key was revoked."""
-    with catalog.transaction() as conn:
+    with catalog.transaction(search=False) as conn:
         cur = conn.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (_now(), key_id))
     return cur.rowcount > 0

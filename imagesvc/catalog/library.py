@@ -1,5 +1,6 @@
 """The catalogue browser's query: live books filtered by author, years, language, category, collection, library,
-work, edition key, translation and edition language, optionally ranked by full text over titles and authors (FTS5).
+work, edition key, translation and edition language, optionally ranked by full text over titles and authors (FTS5
+in SQLite, a GIN-indexed tsvector in PostgreSQL: the two dialect branches are here and nowhere else).
 
 Every filter is a bound parameter; free text is turned into quoted FTS5 terms, so no caller input is SQL or FTS
 syntax. Counts and rows come from one filtered set, so ``total`` always matches what paging returns.
@@ -11,7 +12,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SORTS", "BookFilters", "author_name", "canonical_slug", "query_books", "title_author_expression"]
+__all__ = [
+    "PG_SORTS",
+    "SORTS",
+    "BookFilters",
+    "author_name",
+    "canonical_slug",
+    "query_books",
+    "title_author_expression",
+    "tsquery",
+]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PROGRESS = (
@@ -30,6 +40,16 @@ SORTS: dict[str, str] = {
     "date_asc": f"b.year IS NULL, b.year, {_TITLE}",
     "date_desc": f"b.year DESC, {_TITLE}",
 }
+# The same orders in PostgreSQL: NOCASE is lower() (both fold ASCII only); NULLs sort last on DESC as in SQLite.
+_PG_TITLE = "lower(b.title), b.id"
+PG_SORTS: dict[str, str] = {
+    "recent-translation": f"b.translated_at DESC NULLS LAST, {_PG_TITLE}",
+    "recent": f"b.ingested_at DESC NULLS LAST, {_PG_TITLE}",
+    "title-asc": _PG_TITLE,
+    "title-desc": "lower(b.title) DESC, b.id DESC",
+    "date_asc": f"b.year ASC NULLS LAST, {_PG_TITLE}",
+    "date_desc": f"b.year DESC NULLS LAST, {_PG_TITLE}",
+}
 
 
 def canonical_slug(value: str) -> str:
@@ -43,6 +63,18 @@ def author_name(catalog: Any, author_id: str) -> str | None:
         "SELECT author FROM books WHERE author_id = ? AND withdrawn = 0 ORDER BY id LIMIT 1", (author_id,)
     )
     return row["author"] if row else None
+
+
+def tsquery(text: str, *, phrase: bool = False) -> str:
+    """The PostgreSQL twin of the FTS5 expressions here: every word quoted (no user input is tsquery syntax), any
+    word may match (``phrase``: all, in order), the last also as a prefix. Words as ``title_author_expression``
+    reads them; an empty text gives a query that matches nothing."""
+    words = [w.casefold() for w in _WORD.findall(text)][:32]
+    if not words:
+        return "''"
+    terms = ["'" + w.replace("'", "") + "'" for w in words]
+    terms[-1] += ":*"
+    return (" <-> " if phrase else " | ").join(terms)
 
 
 def title_author_expression(text: str) -> str | None:
@@ -95,7 +127,7 @@ def _where(catalog: Any, f: BookFilters) -> tuple[list[str], list[Any]]:
         names = [r["institution"] for r in catalog.query_all("SELECT DISTINCT institution FROM books")]
         wanted = canonical_slug(f.library)
         matches = [n for n in names if n.casefold() == f.library.casefold() or canonical_slug(n) == wanted]
-        where.append(f"b.institution IN ({','.join('?' * len(matches))})" if matches else "0")
+        where.append(f"b.institution IN ({','.join('?' * len(matches))})" if matches else "1 = 0")
         args += matches
     if f.year_from is not None:  # a book without a year never matches a year filter
         where.append("b.year IS NOT NULL AND b.year >= ?")
@@ -109,7 +141,12 @@ def _where(catalog: Any, f: BookFilters) -> tuple[list[str], list[Any]]:
         where.append("b.first_translation = ?")
         args.append(int(f.first_translation))
     if f.has_edition is not None:
-        where.append("EXISTS (SELECT 1 FROM json_each(b.edition_languages) WHERE lower(value) = lower(?))")
+        each = (
+            "json_array_elements_text(CAST(b.edition_languages AS json)) AS e(value)"
+            if catalog.dialect == "postgres"
+            else "json_each(b.edition_languages) AS e"
+        )
+        where.append(f"EXISTS (SELECT 1 FROM {each} WHERE lower(e.value) = lower(?))")
         args.append(f.has_edition)
     return where, args
 
@@ -120,26 +157,38 @@ def query_books(
     """One page of live books matching ``f`` and the total that match. ``sort`` is a key of ``SORTS``; None means
     relevance when ``f.search`` is given, else ``recent-translation``. Ties fall back to title, then id."""
     where, args = _where(catalog, f)
-    join, rank = "", None
+    postgres = catalog.dialect == "postgres"
+    join, rank, rank_args = "", None, []
     if f.search is not None:
         expression = title_author_expression(f.search)
         if expression is None:
             return [], 0
-        join = "JOIN books_fts ON books_fts.rowid = b.rowid"
-        where.append("books_fts MATCH ?")
-        args.append(expression)
-        rank = "bm25(books_fts, 1.0, 1.0)"
+        if postgres:  # the GIN index books_search (migration 4); ts_rank is higher for better, so negated
+            query = "to_tsquery('simple', imagesvc_fold(?))"
+            where.append(f"imagesvc_book_doc(b.title, b.author) @@ {query}")
+            args.append(tsquery(f.search))
+            rank, rank_args = f"-ts_rank(imagesvc_book_doc(b.title, b.author), {query})", [tsquery(f.search)]
+        else:
+            join = "JOIN books_fts ON books_fts.rowid = b.rowid"
+            where.append("books_fts MATCH ?")
+            args.append(expression)
+            rank = "bm25(books_fts, 1.0, 1.0)"
     clause = " AND ".join(where)
     total = catalog.query_one(f"SELECT count(*) AS n FROM books b {join} WHERE {clause}", args)["n"]
-    order = f"{rank}, {_TITLE}" if sort is None and rank is not None else SORTS[sort or "recent-translation"]
+    sorts, title = (PG_SORTS, _PG_TITLE) if postgres else (SORTS, _TITLE)
+    order = f"{rank}, {title}" if sort is None and rank is not None else sorts[sort or "recent-translation"]
+    if not (sort is None and rank is not None):
+        rank_args = []
     # Order and cut on the bare rows first; page counts are then taken for this page's books only.
     ids = [
         r["id"]
         for r in catalog.query_all(
             f"SELECT b.id FROM books b {join} WHERE {clause} ORDER BY {order} LIMIT ? OFFSET ?",
-            [*args, limit, offset],
+            [*args, *rank_args, limit, offset],
         )
     ]
+    if not ids:
+        return [], total
     marks = ",".join("?" * len(ids))
     found = {
         r["id"]: r for r in catalog.query_all(f"SELECT b.*, {_PROGRESS} FROM books b WHERE b.id IN ({marks})", ids)

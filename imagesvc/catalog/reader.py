@@ -15,7 +15,8 @@ __all__ = ["reader"]
 @contextmanager
 def reader(catalog: Any) -> Iterator[Any]:
     """A catalog to read from in a worker thread: a connection of its own on the same file, so its reads never
-    interleave with the loop's transactions; the catalog itself when it lives in memory."""
+    interleave with the loop's transactions; the catalog itself when it lives in memory or in PostgreSQL (whose pool
+    gives each thread a connection of its own per statement)."""
     path = getattr(catalog, "path", None)
     if path is None or str(path) == ":memory:" or not Path(path).exists():
         yield catalog

@@ -154,12 +154,16 @@ def delete_pages_not_in(conn: sqlite3.Connection, book_id: str, numbers: list[in
 
 
 def replace_collections(conn: sqlite3.Connection, collections: list[dict[str, Any]]) -> None:
-    """Replace the named collections (others stay) with their ordered illustration ids."""
+    """Replace the named collections (others stay) with their ordered illustration ids.
+
+    Upserts rather than delete-and-insert, so two ingesters writing one collection at once (PostgreSQL) end with
+    the one list the later commit wrote instead of a key conflict."""
     for position, col in enumerate(collections):
-        conn.execute("DELETE FROM collections WHERE slug = ?", (col["slug"],))
         conn.execute(
             "INSERT INTO collections (slug, title, description, cover_id, featured, position)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (slug) DO UPDATE SET title = excluded.title,"
+            " description = excluded.description, cover_id = excluded.cover_id, featured = excluded.featured,"
+            " position = excluded.position",
             (
                 col["slug"],
                 col["title"],
@@ -171,8 +175,13 @@ def replace_collections(conn: sqlite3.Connection, collections: list[dict[str, An
         )
         for i, iid in enumerate(col["item_ids"]):
             conn.execute(
-                "INSERT INTO collection_items (slug, position, illustration_id) VALUES (?, ?, ?)", (col["slug"], i, iid)
+                "INSERT INTO collection_items (slug, position, illustration_id) VALUES (?, ?, ?)"
+                " ON CONFLICT (slug, position) DO UPDATE SET illustration_id = excluded.illustration_id",
+                (col["slug"], i, iid),
             )
+        conn.execute(
+            "DELETE FROM collection_items WHERE slug = ? AND position >= ?", (col["slug"], len(col["item_ids"]))
+        )
 
 
 def withdraw_book(conn: sqlite3.Connection, book_id: str) -> bool:

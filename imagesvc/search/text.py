@@ -65,6 +65,10 @@ def text_search(catalog: Any, query: str, limit: int = 100_000) -> dict[str, flo
     expression = fts_expression(query)
     if expression is None:
         return {}
+    if getattr(catalog, "dialect", "sqlite") == "postgres":
+        from imagesvc.catalog.search_sql import postgres_text_search
+
+        return postgres_text_search(catalog, query, STOP_WORDS, limit)
     rows = catalog.query_all(
         "SELECT i.id AS id, bm25(illustrations_fts, 1.0, 0.6, 2.0, 2.0, 2.0) AS rank FROM illustrations_fts"
         " JOIN illustrations i ON i.rowid = illustrations_fts.rowid"
@@ -84,13 +88,18 @@ def matching_ids(catalog: Any, term: str) -> set[str]:
     if not words:
         return set()
     expression = '"' + " ".join(words) + '"*'
-    rows = catalog.query_all(
-        "SELECT i.id AS id FROM illustrations_fts JOIN illustrations i ON i.rowid = illustrations_fts.rowid"
-        " WHERE illustrations_fts MATCH ?",
-        (expression,),
-    )
+    if getattr(catalog, "dialect", "sqlite") == "postgres":
+        from imagesvc.catalog.search_sql import postgres_matching_rows
+
+        rows = postgres_matching_rows(catalog, words)
+    else:
+        rows = catalog.query_all(
+            "SELECT i.id AS id FROM illustrations_fts JOIN illustrations i ON i.rowid = illustrations_fts.rowid"
+            " WHERE illustrations_fts MATCH ?",
+            (expression,),
+        )
     found = {row["id"] for row in rows}
     # The type ("map", "woodcut") is not in the FTS table but is part of what an illustration says it is.
     pattern = re.compile(r"\b" + r"\W+".join(map(re.escape, words)) + r"\w*", re.IGNORECASE | re.UNICODE)
-    typed = catalog.query_all("SELECT id, type FROM illustrations WHERE type LIKE ?", (f"%{words[0]}%",))
+    typed = catalog.query_all("SELECT id, type FROM illustrations WHERE lower(type) LIKE ?", (f"%{words[0]}%",))
     return found | {row["id"] for row in typed if pattern.search(row["type"] or "")}

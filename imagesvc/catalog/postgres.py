@@ -1,0 +1,270 @@
+"""The PostgreSQL catalog: the ``Catalog`` protocol over a pool of connections to one database shared by every node
+and ingester (``IMAGESVC_CATALOG=postgres``).
+
+Why a synchronous pool (psycopg 3 with psycopg-pool) rather than an async driver: the catalog protocol is
+synchronous and called from every door (tools, pages, access, search), and its reads are indexed single-row
+look-ups that take a fraction of a millisecond, as SQLite's do; an async protocol would change every caller for no
+gain on such reads. A connection is held for one statement (or one write transaction) and returned at once, never
+across an ``await``, so a slow HTTP client cannot hold one. Large scans run in worker threads (``reader``), each on a
+connection of its own from the same thread-safe pool. What the event loop may wait on is bounded: a free
+connection (``IMAGESVC_DATABASE_POOL_TIMEOUT``), a connection attempt (``connect_timeout``) and a statement
+(``statement_timeout``); past any bound the caller gets ``Unavailable`` (503 ``unavailable``).
+
+An outage is answered without waiting: after a connection fails, every call fails fast with ``Unavailable`` while
+a background thread probes the server; when it answers, the pool drops its broken connections and serving resumes
+with no restart.
+
+The shared SQL uses ``?`` and ``:name`` parameters (SQLite's); they are translated to psycopg's once per statement
+text. ``PRAGMA data_version`` (what search state polls) reads ``catalog_state.changes``, which every committed
+write transaction increments (``transaction(search=False)`` leaves it alone: API keys).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from imagesvc.catalog import Catalog, _row
+from imagesvc.catalog.schema import POSTGRES_MIGRATIONS, SCHEMA_VERSION
+from imagesvc.errors import Unavailable
+
+__all__ = ["MIGRATION_LOCK", "PostgresCatalog", "migrate_postgres", "translate"]
+
+log = logging.getLogger("imagesvc.catalog.postgres")
+
+MIGRATION_LOCK = 0x1A6E5C  # the advisory lock key every imagesvc process takes to migrate one database
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+_PRAGMAS = {"PRAGMA data_version": "SELECT changes AS data_version FROM catalog_state WHERE id = 1"}
+_DOWN = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str) -> str:
+    """SQLite-style SQL (``?``, ``:name``) as psycopg's (``%s``, ``%(name)s``); the pragmas search state reads as
+    their PostgreSQL equivalents."""
+    if sql.strip() in _PRAGMAS:
+        return _PRAGMAS[sql.strip()]
+    sql = sql.replace("%", "%%").replace("?", "%s")
+    return _NAMED.sub(r"%(\1)s", sql)
+
+
+class _Conn:
+    """A write transaction's connection with sqlite3's ``execute``/``executemany`` (translated SQL)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.raw = conn
+
+    def execute(self, sql: str, args: Any = ()) -> psycopg.Cursor[Any]:
+        return self.raw.execute(translate(sql), args if isinstance(args, dict) else tuple(args))  # type: ignore[arg-type]
+
+    def executemany(self, sql: str, rows: Iterable[Any]) -> psycopg.Cursor[Any]:
+        cursor = self.raw.cursor()
+        cursor.executemany(translate(sql), [r if isinstance(r, dict) else tuple(r) for r in rows])  # type: ignore[arg-type]
+        return cursor
+
+
+def migrate_postgres(conn: psycopg.Connection[Any]) -> int:
+    """Bring the database to the current schema under an advisory lock, so that nodes starting together migrate it
+    once: the others wait, then find it current. Refuses a database written by a newer imagesvc."""
+    conn.autocommit = True
+    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        current = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0  # type: ignore[index]
+        if current > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"the catalog database has schema version {current}, newer than this imagesvc knows "
+                f"({SCHEMA_VERSION}); upgrade imagesvc"
+            )
+        for version in range(current, SCHEMA_VERSION):
+            with conn.transaction():
+                conn.execute(POSTGRES_MIGRATIONS[version])  # type: ignore[arg-type]
+                conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version + 1,))
+            log.info("catalog database migrated to schema %d", version + 1)
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+    return SCHEMA_VERSION
+
+
+class PostgresCatalog(Catalog):
+    """The catalog in one PostgreSQL database, through a pool of at most ``pool_size`` connections."""
+
+    dialect = "postgres"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        pool_timeout: float = 2.0,
+        connect_timeout: float = 3.0,
+        statement_timeout_ms: int = 0,
+        probe_interval: float = 0.5,
+    ) -> None:
+        self.url = url
+        self.path = None  # no file: ``reader`` shares this (thread-safe) catalog with worker threads
+        self._pool_timeout = pool_timeout
+        self._probe_interval = probe_interval
+        self._connect_timeout = connect_timeout
+        options = f"-c statement_timeout={statement_timeout_ms}" if statement_timeout_ms else None
+        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, round(connect_timeout))}
+        if options:
+            kwargs["options"] = options
+        try:  # migrations (index builds on a large catalog) run without the serving statement timeout
+            with psycopg.connect(url, autocommit=True, connect_timeout=kwargs["connect_timeout"]) as conn:
+                self.schema_version = migrate_postgres(conn)
+        except _DOWN as exc:
+            raise Unavailable(f"The catalog database cannot be reached: {_reason(exc)}", retry_after=2) from exc
+        self._down = threading.Event()  # set while the server is unreachable: calls fail fast
+        self._closing = threading.Event()
+        self._probe: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs=kwargs,
+            timeout=pool_timeout,
+            open=True,
+            name="imagesvc-catalog",
+        )
+
+    def close(self) -> None:
+        self._closing.set()
+        self._pool.close()
+
+    # -- outages ---------------------------------------------------------------------------------------------------
+
+    def _check_up(self) -> None:
+        if self._down.is_set():
+            raise Unavailable(
+                "The catalog database cannot be reached; the service recovers by itself when it is back.",
+                retry_after=2,
+            )
+
+    def _failed(self, exc: BaseException) -> Unavailable:
+        """Note an outage (start the probe) and the error to raise for it."""
+        with self._lock:
+            if not self._down.is_set():
+                log.error("catalog database unreachable, answering 503 until it is back: %s", _reason(exc))
+                self._down.set()
+                self._probe = threading.Thread(target=self._watch, name="imagesvc-catalog-probe", daemon=True)
+                self._probe.start()
+        return Unavailable(f"The catalog database cannot be reached: {_reason(exc)}", retry_after=2)
+
+    def _watch(self) -> None:
+        """Probe the server with a connection of its own until it answers; then drop the pool's dead connections."""
+        while not self._closing.wait(self._probe_interval):
+            try:
+                with psycopg.connect(self.url, connect_timeout=max(1, round(self._connect_timeout))) as conn:
+                    conn.execute("SELECT 1")
+            except _DOWN:
+                continue
+            try:
+                self._pool.check()  # close the connections broken by the outage, open fresh ones
+            except Exception:  # the pool reports its own troubles; serving decides on the next call
+                log.exception("catalog pool check after an outage failed")
+            self._down.clear()
+            log.warning("catalog database reachable again")
+            return
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; ``Unavailable`` for a full pool (after the bounded wait), a statement past its
+        timeout, or an unreachable server (which also opens the outage); ``_Broken`` for one dead connection."""
+        self._check_up()
+        try:
+            with self._pool.connection(timeout=self._pool_timeout) as conn:
+                yield conn
+        except PoolTimeout as exc:
+            if not self._server_answers():
+                raise self._failed(exc) from exc
+            raise Unavailable(
+                f"The catalog database is busy: no free connection within {self._pool_timeout:g} s.", retry_after=1
+            ) from exc
+        except psycopg.errors.QueryCanceled as exc:
+            raise Unavailable(f"A catalog query took too long: {_reason(exc)}", retry_after=1) from exc
+        except _DOWN as exc:
+            if not self._server_answers():
+                raise self._failed(exc) from exc
+            raise _Broken(f"A catalog database connection was lost: {_reason(exc)}", retry_after=1) from exc
+
+    def _read(self, sql: str, args: Iterable[Any], fetch: str) -> Any:
+        """One read statement; retried once on a fresh connection when the first one was dead (a server restart
+        leaves every pooled connection dead; the pool drops one that failed)."""
+        params = tuple(args)
+        for attempt in (1, 2):
+            try:
+                with self._connection() as conn:
+                    cursor = conn.cursor(row_factory=dict_row) if fetch != "tuples" else conn.cursor()
+                    cursor.execute(translate(sql), params)  # type: ignore[arg-type]
+                    return cursor.fetchone() if fetch == "one" else cursor.fetchall()
+            except _Broken:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _server_answers(self) -> bool:
+        """Does the server take a new connection now (bounded by ``connect_timeout``)?"""
+        try:
+            with psycopg.connect(self.url, connect_timeout=max(1, round(self._connect_timeout))) as conn:
+                conn.execute("SELECT 1")
+        except _DOWN:
+            return False
+        return True
+
+    # -- the protocol's primitives ---------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, *, search: bool = True) -> Iterator[Any]:
+        """A write transaction (READ COMMITTED); commits with a bump of the change counter unless ``search=False``."""
+        with self._connection() as conn, conn.transaction():
+            yield _Conn(conn)
+            if search:
+                conn.execute("UPDATE catalog_state SET changes = changes + 1 WHERE id = 1")
+
+    def query_one(self, sql: str, args: Iterable[Any] = ()) -> dict[str, Any] | None:
+        return _row(self._read(sql, args, "one"))  # type: ignore[arg-type]
+
+    def query_all(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        return [_row(r) for r in self._read(sql, args, "all")]  # type: ignore[misc]
+
+    def scalar(self, sql: str, args: Iterable[Any] = ()) -> Any:
+        rows = self._read(sql, args, "tuples")
+        return rows[0][0] if rows else None
+
+    def column(self, sql: str, args: Iterable[Any] = ()) -> list[Any]:
+        return [r[0] for r in self._read(sql, args, "tuples")]
+
+    def data_version(self) -> Any:
+        return self.scalar("SELECT changes FROM catalog_state WHERE id = 1")
+
+    def stream(self, sql: str, args: Iterable[Any] = ()) -> Iterator[tuple[Any, ...]]:
+        """Rows of a large read through a server-side cursor (a bounded batch in memory at a time)."""
+        name = f"imagesvc_stream_{threading.get_ident()}_{time.monotonic_ns()}"
+        with self._connection() as conn, conn.transaction(), conn.cursor(name=name) as cursor:
+            cursor.itersize = 2000
+            cursor.execute(translate(sql), tuple(args))  # type: ignore[arg-type]
+            yield from cursor
+
+    def _indexed_by(self, index: str) -> str:
+        return ""
+
+
+class _Broken(Unavailable):
+    """One pooled connection was dead while the server answers (after a restart): a read retries once."""
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
