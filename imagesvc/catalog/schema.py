@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from imagesvc.catalog.bulk_schema import MIGRATION as BULK_MIGRATION
+
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
 MIGRATIONS: tuple[str, ...] = (
@@ -166,6 +168,8 @@ MIGRATIONS: tuple[str, ...] = (
     END;
     INSERT INTO books_fts (books_fts) VALUES ('rebuild');
     """,
+    # 5: clean-copy and master sizes and digests, and the book change log (catalog/bulk_schema.py).
+    BULK_MIGRATION,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
