@@ -26,9 +26,10 @@ from imagesvc.catalog.dataset import archive_pages, book_versions
 from imagesvc.errors import ImagesvcError, InvalidRequest, Unauthorized
 from imagesvc.imaging import TIERS
 from imagesvc.services import Services
+from imagesvc.storage import StoredObject
 from imagesvc.tools import Call, tool
 from imagesvc.tools.books import require_book
-from imagesvc.tools.image_delivery import delivery_bytes, locate_image, require_clean
+from imagesvc.tools.image_delivery import ImageDelivery, delivery_bytes, locate_image, require_clean
 
 __all__ = ["ARCHIVE_SCHEMA", "ArchivePlan", "archive_members", "get_book_archive", "plan_archive", "require_key"]
 
@@ -45,6 +46,7 @@ ARCHIVE_SCHEMA: dict[str, Any] = {
     },
 }
 HASH_IN_THREAD_BYTES = 2 * 1024 * 1024  # larger members are hashed off the event loop
+READ_AHEAD = 4  # stored objects read ahead of the member being sent
 
 
 @dataclass
@@ -244,6 +246,7 @@ async def archive_members(
 
     try:
         yield member("bagit.txt", BAGIT_TXT, sha256_hex(BAGIT_TXT))
+        reads = _Reads(services, call, plan)
         for page in plan.pages:
             if not _has_image(page):
                 continue
@@ -257,10 +260,7 @@ async def archive_members(
                 else:
                     meter = await reserve_image(call)
                     held.append(meter)
-                delivery = await locate_image(
-                    services, call, book=plan.book["id"], page=number, tier=plan.tier, clean=plan.clean
-                )
-                stored = await services.store.get(delivery.key)
+                delivery, stored = await reads.take(number)
                 data = await delivery_bytes(services, delivery, stored)
             except ImagesvcError as exc:
                 if meter is not None:
@@ -322,9 +322,48 @@ async def archive_members(
         tagmanifest = manifest(tag_entries)
         yield member("tagmanifest-sha256.txt", tagmanifest, sha256_hex(tagmanifest))
     finally:
+        if "reads" in locals():
+            reads.cancel()
         # Reservations of members that never went out (a client gone, an error): returned, whatever cancelled us.
         for meter in held:
             await asyncio.shield(_release(meter))
+
+
+class _Reads:
+    """Stored objects of the next ``READ_AHEAD`` image pages, read while the current member goes out (S3 answers in
+    tens of milliseconds; one read at a time would leave the connection idle). Reading delivers nothing, so nothing
+    is reserved for a page until its member is made; at most ``READ_AHEAD`` stored objects are held."""
+
+    def __init__(self, services: Services, call: Call, plan: ArchivePlan) -> None:
+        self.services, self.call, self.plan = services, call, plan
+        self.queue = [p["number"] for p in plan.pages if _has_image(p)]
+        self.tasks: dict[int, asyncio.Task[tuple[ImageDelivery, StoredObject]]] = {}
+
+    async def _read(self, number: int) -> tuple[ImageDelivery, StoredObject]:
+        plan = self.plan
+        delivery = await locate_image(
+            self.services, self.call, book=plan.book["id"], page=number, tier=plan.tier, clean=plan.clean
+        )
+        return delivery, await self.services.store.get(delivery.key)
+
+    async def take(self, number: int) -> tuple[ImageDelivery, StoredObject]:
+        """Page ``number``'s delivery and stored object; starts the reads of the pages after it."""
+        while self.queue and len(self.tasks) < READ_AHEAD + 1:
+            upcoming = self.queue.pop(0)
+            self.tasks[upcoming] = asyncio.ensure_future(self._read(upcoming))
+        task = self.tasks.pop(number, None) or asyncio.ensure_future(self._read(number))
+        return await task
+
+    def cancel(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+            task.add_done_callback(_retrieve)
+        self.tasks.clear()
+
+
+def _retrieve(task: asyncio.Task[object]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def _release(meter: Meter) -> None:
