@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
 from imagesvc.bulk.containers import FORMATS, Member, tar_chunks, zip_chunks
-from imagesvc.tools.archive import ARCHIVE_SCHEMA, archive_members, plan_archive, reserve_image
+from imagesvc.tools.archive import ARCHIVE_SCHEMA, archive_members, plan_archive
 from imagesvc.web.app_keys import REQUEST_ID, SERVICES
 from imagesvc.web.params import accepts
 from imagesvc.web.rest import tool_call
@@ -71,8 +71,10 @@ async def archive(request: web.Request, arguments: dict[str, Any]) -> web.Stream
     )
     first_paid = None
     if plan.images:
-        first_paid = await reserve_image(call)  # 429 or 503 here: before any byte
-        call.meter.states.update(first_paid.states)  # the images pool in this response's RateLimit headers
+        # The first image is held on the request's own meter: a 429 or 503 comes before any byte, the pool shows in
+        # this response's RateLimit headers, and the access middleware refunds it if the body never starts.
+        await call.meter.reserve("images", 1)
+        first_paid = call.meter
     transport_alive = _alive(request)
     members = archive_members(
         services, call, plan, first_paid, request_id=request.get(REQUEST_ID, "-"), delivered=transport_alive
