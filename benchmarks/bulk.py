@@ -121,11 +121,17 @@ def measure_store(name: str, data: Path, env: dict[str, str], pages: int, key: s
         get(archive + "&to=2", key)  # the first signature loads c2pa
         get(archive + "&to=30", key)
         out["mem_after_30_mb"] = memory(proc.pid)["VmHWM"]
+        # A first pass reads every stored object once (the OS file cache, S3, and the signer's digests of each
+        # stored file's unchanging run): timed, then left out of the comparison, which is between warm paths.
+        for label, extra in (("marked", ""), ("clean", "&clean=1")):
+            size, seconds = get(archive + extra, key)
+            out[f"cold_{label}_pages_s"] = pages / seconds
+            out[f"mem_after_{label}_mb"] = memory(proc.pid)["VmHWM"]
         for label, extra in (("marked", ""), ("clean", "&clean=1")):
             size, seconds = get(archive + extra, key)
             out[f"archive_{label}_pages_s"] = pages / seconds
             out[f"archive_{label}_mb_s"] = size / seconds / 1e6
-            out[f"mem_after_{label}_mb"] = memory(proc.pid)["VmHWM"]
+        out["mem_after_twice_mb"] = memory(proc.pid)["VmHWM"]
         total, start = 0, time.perf_counter()
         for n in range(1, pages + 1):
             total += get(f"{base}/api/image?book={SLUG}&page={n}&tier=full", key)[0]
@@ -141,11 +147,13 @@ def measure_store(name: str, data: Path, env: dict[str, str], pages: int, key: s
     print(f"\n== {name}: {pages} pages, full tier, signed for an enterprise key (1,000 requests/min)")
     print(f"archive marked : {out['archive_marked_pages_s']:7.1f} pages/s {out['archive_marked_mb_s']:7.1f} MB/s")
     print(f"archive clean  : {out['archive_clean_pages_s']:7.1f} pages/s {out['archive_clean_mb_s']:7.1f} MB/s")
+    print(f"first pass     : {out['cold_marked_pages_s']:7.1f} pages/s marked, {out['cold_clean_pages_s']:.1f} clean")
     print(f"/api/image x{pages}: {out['single_pages_s']:7.1f} pages/s {out['single_mb_s']:7.1f} MB/s (one at a time)")
     ratio = out["ratio_vs_1000_a_minute"]
     print(f"archive / a 1,000-a-minute key's request-at-a-time rate ({reachable:.1f}/s): {ratio:.1f}x")
     print(f"server peak RSS (hot cache off): {out['mem_after_30_mb']:.0f} MiB after a 30-page archive, then")
-    print(f"  {out['mem_after_marked_mb']:.0f} after the whole book marked, {out['mem_after_clean_mb']:.0f} clean;")
+    print(f"  {out['mem_after_marked_mb']:.0f} after the whole book marked, {out['mem_after_clean_mb']:.0f} clean,")
+    print(f"  {out['mem_after_twice_mb']:.0f} after both again;")
     print(f"  {out['rss_end_mb']:.0f} MiB resident after the {pages} single requests")
     return out
 
@@ -213,6 +221,7 @@ def main() -> None:
             s3 |= {"s3_access_key": info.access_key}
             s3 |= {"s3_secret_key": info.secret_key, "image_host": "http://127.0.0.1:9/img"}
             data = work / "s3"
+            shutil.rmtree(data, ignore_errors=True)  # moto starts empty: ingest everything again
             settings = settings_for(data, **s3)
 
             async def bucket() -> None:

@@ -230,15 +230,23 @@ async def archive_members(
     unmetered: list[ImagesvcError] = []  # a commit the access store refused after the bytes went out
     delivered_pages: list[int] = []
 
+    settling: list[asyncio.Future[None]] = []
+
+    async def settle_one(meter: Meter, ok: bool) -> None:
+        try:
+            await meter.settle(ok)
+        except ImagesvcError as exc:  # the bytes are out; stop before the next image rather than fail mid-body
+            unmetered.append(exc)
+
     def member(path: str, data: bytes, digest: str, meter: Meter | None = None) -> Member:
         async def settle() -> None:
             assert meter is not None
             ok = delivered()
             held.remove(meter)
-            try:
-                await meter.settle(ok)
-            except ImagesvcError as exc:  # the bytes are out; stop before the next image rather than fail mid-body
-                unmetered.append(exc)
+            # Committed while the next member is made, not before: the usage meter's group commit then writes the
+            # records of several members at once (a write per member cost more than the member). The outcome is
+            # known here; the write is awaited before the tag files and before this generator ends.
+            settling.append(asyncio.ensure_future(settle_one(meter, ok)))
             if not ok:
                 raise ConnectionResetError("the client went away before this member was sent")
 
@@ -274,6 +282,7 @@ async def archive_members(
             sent.append((path, digest))
             size += len(data)
             delivered_pages.append(number)
+        await asyncio.gather(*settling)
         tags: list[tuple[str, bytes]] = []
         if stopped is not None:
             number, reason = stopped
@@ -324,6 +333,7 @@ async def archive_members(
     finally:
         if "reads" in locals():
             reads.cancel()
+        await asyncio.shield(asyncio.gather(*settling))
         # Reservations of members that never went out (a client gone, an error): returned, whatever cancelled us.
         for meter in held:
             await asyncio.shield(_release(meter))
