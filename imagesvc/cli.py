@@ -115,6 +115,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     p.set_defaults(func=cmd_settings)
     p = sub.add_parser("snapshot", help="publish a catalog snapshot to IMAGESVC_SNAPSHOT_PREFIX now")
     p.set_defaults(func=cmd_snapshot)
+    from imagesvc.download import add_parser as add_download
+    from imagesvc.download import run as run_download
+
+    add_download(sub)
+    sub.choices["download"].set_defaults(func=lambda settings, args: run_download(args))
     return parser, frozenset(sub.choices)
 
 

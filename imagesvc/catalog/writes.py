@@ -92,23 +92,27 @@ def upsert_page(
     conn.execute(
         """
         INSERT INTO pages (id, book_id, number, ocr, translation, original, image_unavailable, unavailable_reason,
-            master_key, master_sha256, master_format, derivation, width, height)
+            master_key, master_sha256, master_format, derivation, width, height, master_bytes)
         VALUES (:id, :book_id, :number, :ocr, :translation, :original, :image_unavailable, :unavailable_reason,
-            :master_key, :master_sha256, :master_format, :derivation, :width, :height)
+            :master_key, :master_sha256, :master_format, :derivation, :width, :height, :master_bytes)
         ON CONFLICT (id) DO UPDATE SET ocr = excluded.ocr, translation = excluded.translation,
             original = excluded.original, image_unavailable = excluded.image_unavailable,
             unavailable_reason = excluded.unavailable_reason, master_key = excluded.master_key,
             master_sha256 = excluded.master_sha256, master_format = excluded.master_format,
-            derivation = excluded.derivation, width = excluded.width, height = excluded.height
+            derivation = excluded.derivation, width = excluded.width, height = excluded.height,
+            master_bytes = excluded.master_bytes
         """,
-        page,
+        {"master_bytes": None, **page},
     )
     for owner, tiers in renditions.items():
         for tier, r in tiers.items():
             conn.execute(
-                "INSERT INTO renditions (owner, tier, clean_key, public_key, width, height, bytes, sha256)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (owner, tier, r["clean_key"], r["public_key"], r["width"], r["height"], r["bytes"], r["sha256"]),
+                "INSERT INTO renditions (owner, tier, clean_key, public_key, width, height, bytes, sha256,"
+                " clean_bytes, clean_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    *(owner, tier, r["clean_key"], r["public_key"], r["width"], r["height"], r["bytes"], r["sha256"]),
+                    *(r.get("clean_bytes"), r.get("clean_sha256")),
+                ),
             )
     for ill in illustrations:
         conn.execute(

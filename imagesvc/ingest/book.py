@@ -122,6 +122,7 @@ class BookJob:
             "master_key": None,
             "master_sha256": None,
             "master_format": None,
+            "master_bytes": None,
             "derivation": None,
             "width": None,
             "height": None,
@@ -137,7 +138,12 @@ class BookJob:
             reused = self._reuse(pid, derivation, len(illus_meta))
             if reused is not None:
                 renditions, hashes, prev = reused
-                row.update({k: prev[k] for k in ("master_key", "master_sha256", "master_format", "width", "height")})
+                row.update(
+                    {
+                        k: prev[k]
+                        for k in ("master_key", "master_sha256", "master_format", "width", "height", "master_bytes")
+                    }
+                )
             else:
                 provenance = page_provenance(ctx.settings, book, number, self.master_sha[number])  # C2PA
                 result = await ctx.render(path, mark, bboxes, provenance)
@@ -159,6 +165,7 @@ class BookJob:
                     master_key=master_key(book["id"], number, FORMAT_EXT.get(result.master_format, "bin")),
                     master_sha256=self.master_sha[number],
                     master_format=result.master_format,
+                    master_bytes=len(master),
                     width=result.width,
                     height=result.height,
                 )

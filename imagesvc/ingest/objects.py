@@ -100,6 +100,8 @@ async def store_renditions(
                 "height": p.height,
                 "bytes": len(p.data),
                 "sha256": p.sha256,
+                "clean_bytes": len(c.data),
+                "clean_sha256": c.sha256,
             }
 
     add(pid, result.clean, result.public, None)

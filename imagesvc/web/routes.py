@@ -14,7 +14,7 @@ from aiohttp import web
 from imagesvc.pages import assets as page_assets
 from imagesvc.pages import illustrations as page_illustrations
 from imagesvc.pages import reading as page_reading
-from imagesvc.web import docs, gallery, iiif, image_search, images, mcp, metrics, quota, rest, text
+from imagesvc.web import archive, docs, gallery, iiif, image_search, images, mcp, metrics, quota, rest, text
 from imagesvc.web.params import strict
 
 __all__ = ["API", "ROUTES", "SITE", "Route", "add_routes", "mounted"]
@@ -51,6 +51,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/books/{book_id}", rest.book),
     Route("GET", "/books/{book_id}/quote", text.quote),
     Route("GET", "/books/{book_id}/text", text.book_text),
+    Route("GET", "/books/{book_id}/archive", archive.archive),
     Route("GET", "/verify", text.verify),
     Route("GET", "/image", images.image),
     Route("GET", "/gallery", gallery.gallery),
@@ -62,6 +63,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/vectors/{store}", gallery.vectors),
     Route("GET", "/rate_limit", quota.rate_limit),
     Route("GET", "/dataset/v1/usage", quota.usage),
+    Route("GET", "/dataset/v1/images", rest.dataset_images),
+    Route("GET", "/dataset/v1/changes", rest.dataset_changes),
     Route("POST", "/mcp", mcp.mcp_post),
     Route("GET", "/mcp", mcp.mcp_get),
     Route("DELETE", "/mcp", mcp.mcp_delete),

@@ -32,6 +32,7 @@ from imagesvc.catalog import Catalog
 from imagesvc.catalog.api_keys import create_key
 from imagesvc.web.app_keys import ACCESS
 from imagesvc.web.routes import ROUTES
+from tests.http.keys import new_key
 from tests.library import settings_for
 from tests.test_faults import Redis, assert_unavailable
 
@@ -41,6 +42,8 @@ IMAGE = "image-priced"  # delivers pixels: charged to the image pool
 METADATA = "metadata"  # delivers neither page text nor pixels (catalog rows, URLs, documents, figures)
 MCP = "mcp"  # the MCP endpoint: a door per tool, classified in TOOLS
 PAGE_TEXT = "page-text-priced"  # a page for people that shows page text: priced like get_quote, refused as HTML
+KEY_IMAGE = "key-image-priced"  # bulk page images for keys only (an archive): 401 without a key, else as IMAGE
+KEY_METADATA = "key-metadata"  # bulk dataset metadata for keys only: 401 without a key, else as METADATA
 
 SLUG = "demo-speculum-fornacum"
 
@@ -74,6 +77,9 @@ DOORS: dict[tuple[str, str], tuple[str, str]] = {
     ("GET", "/vectors/{store}"): (METADATA, "/vectors/gallery?limit=2"),
     ("GET", "/rate_limit"): (METADATA, "/rate_limit"),
     ("GET", "/dataset/v1/usage"): (METADATA, "/dataset/v1/usage"),
+    ("GET", "/dataset/v1/images"): (KEY_METADATA, "/dataset/v1/images?limit=2"),
+    ("GET", "/dataset/v1/changes"): (KEY_METADATA, "/dataset/v1/changes?page=1"),
+    ("GET", "/books/{book_id}/archive"): (KEY_IMAGE, "/books/{book}/archive?tier=thumb&to=2"),
     ("POST", "/mcp"): (MCP, "/mcp"),
     ("GET", "/mcp"): (METADATA, "/mcp"),
     ("DELETE", "/mcp"): (METADATA, "/mcp"),
@@ -105,6 +111,9 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "get_collection": (METADATA, {"slug": "{collection}"}),
     "get_vectors": (METADATA, {"store": "gallery", "limit": 2}),
     "search_images_by_image": (METADATA, {"image": "{picture}"}),
+    "get_book_archive": (KEY_METADATA, {"book_id": "{book}"}),
+    "list_dataset_images": (KEY_METADATA, {"limit": 2}),
+    "list_dataset_changes": (KEY_METADATA, {}),
 }
 
 
@@ -186,7 +195,7 @@ def _delivers_pixels(resp: ClientResponse) -> bool:
 # ---- (a) pools spent ----------------------------------------------------------------------------------------------
 
 
-async def test_with_the_pools_spent_no_door_delivers_anything_priced(client: TestClient) -> None:
+async def test_with_the_pools_spent_no_door_delivers_anything_priced(client: TestClient, data_dir: Path) -> None:
     user = f"doors-{time.time_ns()}"  # signed in: 1,000 requests an hour, so only budgets can refuse
     headers = {"Authorization": f"Bearer {sign_session(user, int(time.time()) + 3600, 'test-secret')}"}
     samples = await _samples(client, headers)
@@ -210,8 +219,19 @@ async def test_with_the_pools_spent_no_door_delivers_anything_priced(client: Tes
                 assert 'class="body"' not in await resp.text(), where
         elif kind == FREE:
             assert resp.status == 200 and _delivers_pixels(resp), where  # the public marked tiers stay free
+        elif kind in (KEY_IMAGE, KEY_METADATA):  # a session is no key
+            assert resp.status == 401 and resp.content_type == "application/json", where
         else:
             assert resp.status < 500 and not _delivers_pixels(resp), where
+    secret, key_id = new_key(data_dir, "free")
+    free = {"Authorization": f"Bearer {secret}"}  # a key whose image pool is spent
+    held = await access.reserve(f"key:{key_id}", "images", 2000 * MILLI, 2000 * MILLI)
+    for method, url, kind in _requests(samples):
+        if kind == KEY_IMAGE:
+            resp = await client.request(method, url, headers=free)
+            assert resp.status == 429 and resp.content_type == "application/json", (method, url)
+            assert int(resp.headers["Retry-After"]) > 0
+    await access.refund(held)
     for name, (kind, arguments) in TOOLS.items():
         resp = await _call_tool(client, name, _fill(arguments, samples), headers)
         assert resp.status == 200, name
@@ -219,6 +239,9 @@ async def test_with_the_pools_spent_no_door_delivers_anything_priced(client: Tes
         if kind == TEXT:
             assert result["isError"] is True, name
             assert result["structuredContent"]["error"] == "rate_limited", name
+        elif kind == KEY_METADATA:
+            assert result["isError"] is True, name
+            assert result["structuredContent"]["error"] == "unauthorized", name
         else:
             assert result["isError"] is False, (name, result)
 
@@ -263,7 +286,7 @@ async def test_with_the_access_backend_down_no_door_delivers_anything_metered(
             if kind == PAGE_TEXT:
                 assert resp.status == 503 and int(resp.headers["Retry-After"]) > 0, where
                 assert 'class="body"' not in await resp.text(), where
-            elif kind in (TEXT, IMAGE):
+            elif kind in (TEXT, IMAGE, KEY_IMAGE):
                 if method == "HEAD":
                     assert resp.status == 503 and int(resp.headers["Retry-After"]) > 0, where
                 else:

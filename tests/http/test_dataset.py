@@ -1,0 +1,90 @@
+"""The bulk dataset: GET /dataset/v1/images (keyset-paged listing of what a key may fetch, with sizes and digests of
+the stored objects) and GET /dataset/v1/changes (IIIF Change Discovery 1.0 over the book change log)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from aiohttp.test_utils import TestClient
+
+from imagesvc.catalog import Catalog
+from imagesvc.catalog.writes import withdraw_book
+from imagesvc.imaging.xmp import strip_c2pa
+from tests.http.keys import new_key
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def test_the_listing_pages_by_cursor_through_every_page_with_digests_of_the_stored_objects(
+    client: TestClient, data_dir: Path
+) -> None:
+    key, _ = new_key(data_dir, "full")
+    seen, cursor = [], None
+    while True:
+        params = {"limit": "5", **({"cursor": cursor} if cursor else {})}
+        body = await (await client.get("/api/dataset/v1/images", params=params, headers=_auth(key))).json()
+        seen += body["items"]
+        cursor = body["next_cursor"]
+        if not body["has_more"]:
+            assert cursor is None
+            break
+    assert len(seen) == body["total"] == len({(i["book_id"], i["page"]) for i in seen})  # each page once
+    assert [(i["book_id"], i["page"]) for i in seen] == sorted((i["book_id"], i["page"]) for i in seen)
+    missing = [i for i in seen if i.get("image_unavailable")]
+    assert [(i["slug"], i["page"]) for i in missing if i["slug"] == "demo-traite-des-mines"] == [
+        ("demo-traite-des-mines", 7)
+    ]
+    page = next(i for i in seen if i["slug"] == "demo-speculum-fornacum" and i["page"] == 2)
+    assert page["changed_at"] and page["change"] >= 1
+    display = page["tiers"]["display"]
+    public = await (await client.get(display["marked"]["url"].split("library.example", 1)[1])).read()
+    assert len(public) == display["marked"]["bytes"]
+    assert hashlib.sha256(strip_c2pa(public)).hexdigest() == display["marked"]["content_sha256"]
+    clean = next((data_dir / "store" / "clean").rglob("*"))  # stored clean copies are listed with their digest
+    digests = {t["clean"]["sha256"] for i in seen if "tiers" in i for t in i["tiers"].values()}
+    assert page["master"]["sha256"] and page["master"]["bytes"] > 0
+    assert any(hashlib.sha256(p.read_bytes()).hexdigest() in digests for p in clean.parent.rglob("*.jpg")), (
+        "clean copies' digests are of the stored bytes"
+    )
+
+
+async def test_clean_digests_only_for_keys_that_may_fetch_clean_copies_and_nothing_for_anonymous(
+    client: TestClient, data_dir: Path
+) -> None:
+    key, _ = new_key(data_dir, "free")
+    body = await (await client.get("/api/dataset/v1/images?book_id=demo-gart-der-kreuter", headers=_auth(key))).json()
+    assert body["total"] == 7 and all("clean" not in t for i in body["items"] for t in i["tiers"].values())
+    anonymous = await client.get("/api/dataset/v1/images")
+    assert anonymous.status == 401 and (await anonymous.json())["error"] == "unauthorized"
+    bad = await client.get("/api/dataset/v1/images?cursor=bm9wZQ", headers=_auth(key))
+    assert bad.status == 400 and (await bad.json())["parameter"] == "cursor"
+
+
+async def test_the_change_feed_is_iiif_change_discovery_and_records_a_withdrawal(
+    client: TestClient, data_dir: Path
+) -> None:
+    key, _ = new_key(data_dir, "free")
+    collection = await (await client.get("/api/dataset/v1/changes", headers=_auth(key))).json()
+    assert collection["type"] == "OrderedCollection"
+    assert collection["@context"] == "http://iiif.io/api/discovery/1/context.json"
+    before = collection["totalItems"]
+    assert before == 4  # each of the four demo books was created
+    catalog = Catalog(data_dir / "catalog.sqlite3")
+    try:
+        with catalog.transaction() as conn:
+            assert withdraw_book(conn, catalog.find_book("demo-gart-der-kreuter")["id"])
+    finally:
+        catalog.close()
+    collection = await (await client.get("/api/dataset/v1/changes", headers=_auth(key))).json()
+    assert collection["totalItems"] == before + 1
+    last = collection["last"]["id"].split("library.example", 1)[1]
+    page = await (await client.get(last, headers=_auth(key))).json()
+    assert page["type"] == "OrderedCollectionPage" and page["partOf"]["id"] == collection["id"]
+    newest = page["orderedItems"][-1]
+    assert newest["type"] == "Delete" and newest["object"]["type"] == "Manifest"
+    assert newest["object"]["id"].endswith("/iiif/3/manifest/" + newest["object"]["id"].rsplit("/", 1)[1])
+    assert {a["type"] for a in page["orderedItems"]} <= {"Create", "Update", "Delete"}
+    assert (await client.get("/api/dataset/v1/changes?page=999", headers=_auth(key))).status == 404
