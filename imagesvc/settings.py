@@ -295,7 +295,7 @@ class Settings:
         8, "Searches by image that may wait for a thread; past that a search is refused with a 503.", _non_negative_int
     )
     image_search_memory: int = _opt(
-        805_306_368,
+        268_435_456,
         "Bytes of decoded pixels the searches by image running at once may hold; a search waits for its share.",
         _positive_int,
     )

@@ -16,6 +16,7 @@ from imagesvc.errors import InvalidRequest, NotFound
 from imagesvc.pages.render import render
 from imagesvc.surface.arguments import ALIASES, canonical
 from imagesvc.tools.image_search import upload_limit
+from imagesvc.tools.image_work import image_work
 from imagesvc.web.app_keys import SERVICES
 from imagesvc.web.image_search import FORM, as_tool_arguments
 from imagesvc.web.params import QUERY_SCHEMA, declare_body, query_arguments, route_name
@@ -180,6 +181,7 @@ async def by_image(request: web.Request) -> web.Response:
     similar pictures) as cards. The form is read within the upload bounds of the REST route (web.uploads); every
     error, a malformed form included, is an HTML page."""
     services, call = request.app[SERVICES], tool_call(request)
+    image_work(services).refuse_if_busy(call.caller.subject)  # before reading the upload
     args = await upload_arguments(request, upload_limit(services), FORM, forms=("multipart",))
     if not args.get("image"):
         raise InvalidRequest("No picture was sent.", recovery=["Choose an image file, then press Search by image."])

@@ -82,11 +82,9 @@ class ImageWork:
     def _fits(self, cost: int) -> bool:
         return self._running < self.threads and self._held + cost <= self.memory
 
-    @asynccontextmanager
-    async def admit(self, caller: str, cost: int) -> AsyncIterator[None]:
-        """Hold a place for one search of ``caller`` costing ``cost`` bytes, waiting in the bounded queue if need be;
-        ``RateLimited`` (429) past the caller's share, ``Unavailable`` (503) when the queue is full."""
-        cost = min(cost, self.memory)  # the largest allowed picture still runs, alone
+    def refuse_if_busy(self, caller: str) -> None:
+        """``RateLimited`` (429) when ``caller`` already has its share of searches: an upload route asks before it
+        reads the body, so a caller flooding uploads is refused without its pictures being read."""
         if self._callers[caller] >= self.per_caller:
             raise RateLimited(
                 f"You already have {self._callers[caller]} search(es) by image running; at most {self.per_caller} "
@@ -95,6 +93,13 @@ class ImageWork:
                 details={"retry_after": RETRY_SECONDS, "limit": "image_search_concurrency"},
                 headers={"Retry-After": str(RETRY_SECONDS)},
             )
+
+    @asynccontextmanager
+    async def admit(self, caller: str, cost: int) -> AsyncIterator[None]:
+        """Hold a place for one search of ``caller`` costing ``cost`` bytes, waiting in the bounded queue if need be;
+        ``RateLimited`` (429) past the caller's share, ``Unavailable`` (503) when the queue is full."""
+        cost = min(cost, self.memory)  # the largest allowed picture still runs, alone
+        self.refuse_if_busy(caller)
         if not self._fits(cost) and self._waiting >= self.queue:
             raise Unavailable("Searches by image are all busy and the queue is full.", retry_after=RETRY_SECONDS * 2)
         if self._changed is None:

@@ -18,6 +18,7 @@ from aiohttp import web
 from imagesvc import tools
 from imagesvc.errors import InvalidRequest
 from imagesvc.tools.image_search import SCHEMA, upload_limit
+from imagesvc.tools.image_work import image_work
 from imagesvc.web.app_keys import SERVICES
 from imagesvc.web.params import QUERY_SCHEMA, declare_body, query_arguments
 from imagesvc.web.rest import TOOL as TOOL_ATTRIBUTE
@@ -61,6 +62,7 @@ async def search_by_image(request: web.Request) -> web.Response:
     arrive in time, 422 for a file that is not a usable image, 429/503 with Retry-After when searches are full."""
     services = request.app[SERVICES]
     in_query = query_arguments(request, QUERY)
+    image_work(services).refuse_if_busy(tool_call(request).caller.subject)  # before reading the upload
     args = await upload_arguments(request, upload_limit(services), FORM, forms=("json", "multipart", "image"))
     for name in in_query.keys() & args.keys():
         raise InvalidRequest(f"{name!r} is given both in the query string and in the body; give it once.")
