@@ -36,10 +36,10 @@ def upload_limit(services: Services) -> int:
 
 
 def decode_upload(services: Services, data: bytes) -> Any:
-    """The uploaded bytes as an RGB image of at most ``DECODE_SIDE`` px a side (a JPEG decoded at reduced scale, any
-    other picture reduced in this thread, so no full-size copy reaches the caller); ``PayloadTooLarge`` past the
-    byte limit, ``ImageRejected`` (422) for a non-image, a lying header, a corrupt file or more pixels than allowed
-    (a decompression bomb)."""
+    """The uploaded bytes as an RGB image of at most ``DECODE_SIDE`` px a side, made in this thread: a JPEG decoded at
+    reduced scale, any other picture reduced in its own mode before the RGB conversion (no full-size RGB copy).
+    ``PayloadTooLarge`` past the byte limit, ``ImageRejected`` (422) for a non-image, a lying header, a corrupt file
+    or more pixels than allowed (a decompression bomb)."""
     limit = upload_limit(services)
     if len(data) > limit:
         raise PayloadTooLarge(
@@ -51,7 +51,7 @@ def decode_upload(services: Services, data: bytes) -> Any:
         raise InvalidRequest("No image was sent.", recovery=["Send the picture's bytes (JPEG, PNG, TIFF, WebP)."])
     spec = TierSpec(max_pixels=services.settings.upload_max_pixels)
     try:
-        _, rgb = decode(data, spec, longest=DECODE_SIDE)
+        _, rgb = decode(data, spec, longest=DECODE_SIDE, reduce=True)
     except ImageRejected as exc:
         raise ImageRejected(
             f"The upload is not a usable image: {exc.message}",

@@ -51,7 +51,7 @@ def image_work(services: Any) -> ImageWork:
 def decode_cost(head: bytes, side: int) -> int:
     """Bytes of pixels decoding a picture whose first bytes are ``head`` will hold at most, its result reduced to
     ``side``: a JPEG decodes at a reduced DCT scale (1/2 to 1/8, no smaller than ``side``); other formats whole, in
-    their mode and once more as RGB. An unreadable header costs little: decoding will refuse it."""
+    their mode, then reduced before the RGB conversion. An unreadable header costs little: decoding will refuse it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
@@ -64,7 +64,7 @@ def decode_cost(head: bytes, side: int) -> int:
         while scale < 8 and max(width, height) // (scale * 2) >= side:
             scale *= 2
         return -(-width // scale) * -(-height // scale) * 3 * 2
-    return width * height * (len(img.getbands()) + 3)
+    return width * height * len(img.getbands()) + 4 * side * side * 3  # the reduced copy and its RGB, at most
 
 
 class ImageWork:

@@ -21,7 +21,7 @@ def _encoded(size: tuple[int, int], fmt: str, mode: str = "RGB") -> bytes:
 
 def test_a_picture_is_priced_by_the_pixels_its_decoding_holds() -> None:
     big_png = decode_cost(_encoded((8000, 5000), "PNG", "L")[:65536], 1200)
-    assert big_png == 8000 * 5000 * 4  # decoded whole, in its mode and once more as RGB
+    assert big_png == 8000 * 5000 + 4 * 1200 * 1200 * 3  # decoded whole in its mode (L), reduced before RGB
     big_jpeg = decode_cost(_encoded((8000, 5000), "JPEG")[:65536], 1200)
     assert big_jpeg == 2000 * 1250 * 3 * 2  # decoded at a quarter scale, still at least 1200 px
     assert decode_cost(b"not a picture", 1200) == 1200 * 1200 * 3
