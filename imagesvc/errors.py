@@ -20,8 +20,10 @@ __all__ = [
     "PayloadTooLarge",
     "RangeNotSatisfiable",
     "RateLimited",
+    "RequestTimeout",
     "Unauthorized",
     "Unavailable",
+    "UnsupportedMediaType",
 ]
 
 
@@ -94,6 +96,20 @@ class Conflict(ImagesvcError):
 class PayloadTooLarge(InvalidRequest):
     code = "payload_too_large"
     status = 413
+
+
+class RequestTimeout(InvalidRequest):
+    """The request body did not arrive within the time allowed for it (a body trickled in to hold a connection)."""
+
+    code = "request_timeout"
+    status = 408
+
+
+class UnsupportedMediaType(InvalidRequest):
+    """A body in a form or an encoding the route does not read (a compressed upload, a multipart without boundary)."""
+
+    code = "unsupported_media_type"
+    status = 415
 
 
 class RangeNotSatisfiable(InvalidRequest):

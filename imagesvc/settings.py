@@ -300,6 +300,29 @@ class Settings:
     upload_max_pixels: int = _opt(
         40_000_000, "Largest image accepted by search by image, in pixels (width x height).", _positive_int
     )
+    body_read_timeout: int = _opt(
+        60,
+        "Seconds a request body (an upload, an MCP POST) may take to arrive in full; slower is a 408.",
+        _positive_int,
+    )
+    image_search_per_caller: int = _opt(
+        1,
+        "Searches by image one caller (address or key) may have running or queued at once; more is a 429.",
+        _positive_int,
+    )
+    image_search_threads: int = _opt(
+        2,
+        "Threads of the pool that decodes uploads for search by image (the searches that run at once).",
+        _positive_int,
+    )
+    image_search_queue: int = _opt(
+        8, "Searches by image that may wait for a thread; past that a search is refused with a 503.", _non_negative_int
+    )
+    image_search_memory: int = _opt(
+        268_435_456,
+        "Bytes of decoded pixels the searches by image running at once may hold; a search waits for its share.",
+        _positive_int,
+    )
 
     @property
     def image_base(self) -> str:

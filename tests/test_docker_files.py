@@ -112,3 +112,17 @@ def test_nginx_config_is_valid(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "test is successful" in done.stderr
+
+
+def test_nginx_takes_a_whole_upload_for_search_by_image_and_cuts_off_trickled_bodies() -> None:
+    """The proxy must pass the largest upload the app accepts (10 MiB, 4/3 of it as base64 JSON), on the REST route
+    and the page alike, and must not hold a connection for a body sent a byte every few seconds."""
+    text = (DOCKER / "nginx.conf").read_text()
+    location = text[text.index("location ~ ^/(api/gallery/)?search-by-image$") :].split("}", 1)[0]
+    size = re.search(r"client_max_body_size (\d+)m;", location)
+    assert size is not None and int(size.group(1)) * 2**20 >= load_settings({}).upload_max_bytes * 4 // 3
+    assert "proxy_request_buffering on;" in location
+    body_timeout = re.search(r"client_body_timeout (\d+)s;", text)
+    assert body_timeout is not None and int(body_timeout.group(1)) <= 15
+    read_timeout = re.search(r"proxy_read_timeout (\d+)s;", location)
+    assert read_timeout is not None and int(read_timeout.group(1)) <= 30

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import ipaddress
-import socket
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from imagesvc.access.policy import CallerClass, caller_class
 from imagesvc.access.sessions import SESSION_PREFIX, sign_session, verify_session
@@ -111,31 +111,68 @@ class Resolver(Protocol):
 
 
 class SystemResolver:
-    """DNS through the system resolver, off the event loop."""
+    """DNS through aiodns (c-ares, asynchronous, on the event loop: no thread waits on a slow name server), each
+    look-up bounded by ``timeout`` seconds; a failure or a timeout is an empty answer."""
+
+    def __init__(self, timeout: float = 2.0, nameservers: Sequence[str] | None = None) -> None:
+        self.timeout, self.nameservers = timeout, list(nameservers) if nameservers else None
+        self._resolvers: dict[int, Any] = {}
+
+    def _resolver(self) -> Any:
+        import aiodns
+
+        loop = asyncio.get_running_loop()
+        resolver = self._resolvers.get(id(loop))
+        if resolver is None:  # a c-ares channel belongs to the loop it was made on
+            resolver = self._resolvers[id(loop)] = aiodns.DNSResolver(self.nameservers, timeout=self.timeout, tries=1)
+        return resolver
 
     async def reverse(self, address: str) -> list[str]:
+        import aiodns
+
         try:
-            host, aliases, _ = await asyncio.to_thread(socket.gethostbyaddr, address)
-        except OSError:
+            async with asyncio.timeout(self.timeout):
+                found = await self._resolver().gethostbyaddr(address)
+        except (aiodns.error.DNSError, TimeoutError, OSError, ValueError):
             return []
-        return [host, *aliases]
+        return [found.name, *found.aliases]
 
     async def forward(self, hostname: str) -> list[str]:
+        import aiodns
+
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(hostname, None)
-        except OSError:
+            async with asyncio.timeout(self.timeout):
+                found = await self._resolver().getaddrinfo(hostname)
+        except (aiodns.error.DNSError, TimeoutError, OSError, ValueError):
             return []
-        return sorted({str(info[4][0]) for info in infos})
+        return sorted({_text(node.addr[0]) for node in found.nodes})
+
+
+def _text(address: bytes | str) -> str:
+    return address.decode() if isinstance(address, bytes) else address
 
 
 class CrawlerVerifier:
-    """Forward-confirmed reverse DNS: the address's name ends in a configured domain and resolves back to it."""
+    """Forward-confirmed reverse DNS: the address's name ends in a configured domain and resolves back to it.
 
-    def __init__(self, domains: Sequence[str], resolver: Resolver, ttl: float = 3600.0) -> None:
+    Verification runs before the request limit, so it is bounded: one verdict takes at most ``timeout`` seconds
+    (slower is "not verified", remembered for ``retry`` seconds), and at most ``max_entries`` verdicts are kept (the
+    least recently used go first), so a flood from many addresses costs neither unbounded waits nor memory."""
+
+    def __init__(
+        self,
+        domains: Sequence[str],
+        resolver: Resolver,
+        ttl: float = 3600.0,
+        *,
+        timeout: float = 3.0,
+        retry: float = 60.0,
+        max_entries: int = 10_000,
+    ) -> None:
         self.domains = tuple(d.lower().lstrip(".") for d in domains)
         self.resolver = resolver
-        self.ttl = ttl
-        self._cache: dict[str, tuple[float, bool]] = {}
+        self.ttl, self.timeout, self.retry, self.max_entries = ttl, timeout, retry, max_entries
+        self._cache: OrderedDict[str, tuple[float, bool]] = OrderedDict()
 
     def _domain_ok(self, host: str) -> bool:
         host = host.lower().rstrip(".")
@@ -144,13 +181,21 @@ class CrawlerVerifier:
     async def verify(self, address: str) -> bool:
         cached = self._cache.get(address)
         if cached is not None and cached[0] > time.monotonic():
+            self._cache.move_to_end(address)
             return cached[1]
-        verdict = False
-        for host in await self.resolver.reverse(address):
-            if self._domain_ok(host) and address in await self.resolver.forward(host):
-                verdict = True
-                break
-        self._cache[address] = (time.monotonic() + self.ttl, verdict)
+        verdict, ttl = False, self.ttl
+        try:
+            async with asyncio.timeout(self.timeout):
+                for host in await self.resolver.reverse(address):
+                    if self._domain_ok(host) and address in await self.resolver.forward(host):
+                        verdict = True
+                        break
+        except TimeoutError:
+            ttl = self.retry
+        self._cache[address] = (time.monotonic() + ttl, verdict)
+        self._cache.move_to_end(address)
+        while len(self._cache) > self.max_entries:
+            self._cache.popitem(last=False)
         return verdict
 
 

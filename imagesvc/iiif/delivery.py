@@ -35,6 +35,7 @@ __all__ = [
     "info_document",
     "price_milli",
     "produce",
+    "render_price_milli",
     "resolve_source",
 ]
 
@@ -176,6 +177,23 @@ def price_milli(width: int, height: int, display_side: int) -> int:
     nothing is drawn at random, so the same request always costs the same and a HEAD tells nothing a GET would not.
     """
     return max(1, -(-width * height * 1000 // (display_side * display_side)))
+
+
+RENDER_FLOOR_MILLI = 16  # no render costs less than a 256 x 256 tile (17): a 1 x 1 output decodes a source all the same
+READ_SHARE = 64  # source pixels decoded per output pixel that a render's price counts as free (8x down each side)
+
+
+def render_price_milli(source: IiifSource, plan: Plan, display_side: int) -> int:
+    """The price of one IIIF render: the larger of its output's area price (``price_milli``), the source pixels it
+    must decode (its region in the tier it is cut from, beyond ``READ_SHARE`` per output pixel's worth) and
+    ``RENDER_FLOOR_MILLI``. Viewers' tiles pay their area as before (a 512-px tile 66); a tiny output cut from a large
+    region pays for the decoding it causes, so renders cannot be bought by the hundred thousand for almost nothing."""
+    width, height = plan.output_size
+    tier = _pick(source, plan)
+    scale = tier.width / source.full.width
+    read = int(plan.region[2] * scale) * int(plan.region[3] * scale)
+    decoded = -(-read * 1000 // (READ_SHARE * display_side * display_side))
+    return max(price_milli(width, height, display_side), decoded, RENDER_FLOOR_MILLI)
 
 
 def derivative_etag(source: IiifSource, plan: Plan) -> str:

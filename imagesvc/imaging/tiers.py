@@ -162,11 +162,18 @@ def _unterminated(frame: bytes) -> bytes:
     return frame[:-2] + bytes(16)
 
 
-def decode(data: bytes, spec: TierSpec, *, longest: int | None = None) -> tuple[Image.Image, Image.Image]:
+_REDUCIBLE = {"L", "LA", "RGB", "RGBA", "CMYK", "I", "F"}  # modes Image.reduce takes
+
+
+def decode(
+    data: bytes, spec: TierSpec, *, longest: int | None = None, reduce: bool = False
+) -> tuple[Image.Image, Image.Image]:
     """Decode ``data`` to an oriented 8-bit RGB image; return ``(header_image, rgb)``.
 
     With ``longest``, a JPEG may be decoded at a reduced DCT scale (1/2, 1/4, 1/8) that still leaves its longest
-    side at least ``longest`` px; the caller resizes to the exact size. Raises ``ImageRejected`` for bad data.
+    side at least ``longest`` px; the caller resizes to the exact size. With ``reduce`` too, any other picture is
+    reduced by a whole factor (still at least ``longest``) in its own mode before the RGB conversion, so no full-size
+    RGB copy is made. Raises ``ImageRejected`` for bad data.
     """
     img = open_checked(data, spec)
     with rejecting("cannot decode the image"), warnings.catch_warnings():
@@ -180,7 +187,14 @@ def decode(data: bytes, spec: TierSpec, *, longest: int | None = None) -> tuple[
                 img.draft("RGB", fit_size(*img.size, longest))
         img.load()
         method = _TRANSPOSE.get(_orientation(img))
-        rgb = to_rgb(img)
+        pixels = img
+        if reduce and longest is not None and img.format not in ("JPEG", "MPO") and img.mode in _REDUCIBLE:
+            factor = max(img.size) // longest
+            if factor > 1:
+                pixels = img.reduce(factor)
+                pixels.info.update(img.info)
+        rgb = to_rgb(pixels)
+        del pixels
         if method is not None:  # the same mapping as ImageOps.exif_transpose, applied to the converted pixels
             rgb = rgb.transpose(method)
     return img, rgb

@@ -19,6 +19,7 @@ PAGE_HANDLERS.update(
     {
         illustrations.home,
         illustrations.by_image,
+        illustrations.by_image_form,
         illustrations.illustration,
         illustrations.collections,
         illustrations.collection,

@@ -76,5 +76,6 @@ async def viewer(request: web.Request) -> web.StreamResponse:
     if response is not None:
         return response
     if not (folder / VIEWER_SCRIPT).is_file():
-        raise NotFound(f"The deep-zoom viewer is not installed (no {folder / VIEWER_SCRIPT}).", recovery=[INSTALL_HINT])
+        # The folder's absolute path is the operator's business (doctor and the start-up log name it), not a caller's.
+        raise NotFound(f"The deep-zoom viewer is not installed (no {VIEWER_SCRIPT}).", recovery=[INSTALL_HINT])
     raise NotFound(f"The viewer has no file {relative!r}.", recovery=[f"Its script is /viewer/{VIEWER_SCRIPT}."])

@@ -6,23 +6,36 @@ The search form is generated from the ``search_images`` schema and uses the quer
 
 from __future__ import annotations
 
-import base64
 import time
 from typing import Any
 
-from aiohttp import BodyPartReader, web
+from aiohttp import web
 
 from imagesvc import tools
 from imagesvc.errors import InvalidRequest, NotFound
 from imagesvc.pages.render import render
 from imagesvc.surface.arguments import ALIASES, canonical
 from imagesvc.tools.image_search import upload_limit
+from imagesvc.tools.image_work import image_work
 from imagesvc.web.app_keys import SERVICES
-from imagesvc.web.image_search import read_limited
-from imagesvc.web.params import QUERY_SCHEMA, query_arguments, route_name
+from imagesvc.web.image_search import FORM, as_tool_arguments
+from imagesvc.web.params import QUERY_SCHEMA, declare_body, query_arguments, route_name
 from imagesvc.web.rest import tool_call
+from imagesvc.web.uploads import upload_arguments
 
-__all__ = ["CHOICES", "FILTERS", "collection", "collections", "form_fields", "home", "illustration", "search_args"]
+__all__ = [
+    "CHOICES",
+    "FILTERS",
+    "by_image",
+    "by_image_form",
+    "collection",
+    "collections",
+    "form_fields",
+    "home",
+    "illustration",
+    "search_args",
+    "upload_form",
+]
 
 # The filters a person sets, in form order; each is a search_images argument. Paging and ranking arguments
 # (offset, limit, max_per_book, min_score, like) travel in the URL too but get no input of their own.
@@ -118,6 +131,7 @@ async def home(request: web.Request) -> web.Response:
     context = {
         "title": "Search the illustrations",
         "fields": form_fields(args, choices),
+        "upload": upload_form({}, choices),
         "args": args,
         "result": result,
         "like": args.get("like"),
@@ -162,19 +176,48 @@ async def collection(request: web.Request) -> web.Response:
 
 
 async def by_image(request: web.Request) -> web.Response:
-    """``POST /search-by-image``: the picture from the form's file field -> the search_images_by_image tool; the
-    printings of the same woodblock (and, with CLIP, similar pictures) as cards. The upload is read with the tool's
-    own size limit, so an oversized file is refused before it is all in memory."""
+    """``POST /search-by-image``: the picture from the form's file field and the form's other fields (book_id,
+    limit: the search_images_by_image tool's arguments) -> the printings of the same woodblock (and, with CLIP,
+    similar pictures) as cards. The form is read within the upload bounds of the REST route (web.uploads); every
+    error, a malformed form included, is an HTML page."""
     services, call = request.app[SERVICES], tool_call(request)
-    limit = upload_limit(services)
-    data = b""
-    if request.content_type.startswith("multipart/"):
-        async for part in await request.multipart():
-            if isinstance(part, BodyPartReader) and part.name == "image":
-                data = await read_limited(part, limit)
-    if not data:
+    image_work(services).refuse_if_busy(call.caller.subject)  # before reading the upload
+    args = await upload_arguments(request, upload_limit(services), FORM, forms=("multipart",))
+    if not args.get("image"):
         raise InvalidRequest("No picture was sent.", recovery=["Choose an image file, then press Search by image."])
-    args = {"image": base64.b64encode(data).decode(), "limit": 20}
-    result = await tools.call(services, "search_images_by_image", args, call)
-    context = {"title": "Search by image", "result": result, "clip": result["similar"] is not None}
+    args.setdefault("limit", 20)
+    result = await tools.call(services, "search_images_by_image", as_tool_arguments(args), call)
+    context = await _by_image_context(request, args, result)
     return render(request, "by_image.html", context)
+
+
+async def by_image_form(request: web.Request) -> web.Response:
+    """``GET /search-by-image``: the upload form on a page of its own (where a reload of a result page lands)."""
+    return render(request, "by_image.html", await _by_image_context(request, {"limit": 20}, None))
+
+
+async def _by_image_context(request: web.Request, args: dict[str, Any], result: Any) -> dict[str, Any]:
+    choices = await _choices(request)
+    return {
+        "title": "Search by image",
+        "result": result,
+        "clip": result is not None and result["similar"] is not None,
+        "upload": upload_form(args, choices),
+    }
+
+
+def upload_form(args: dict[str, Any], choices: dict[str, list[tuple[str, str]]]) -> dict[str, Any]:
+    """The upload form's fields: the search_images_by_image arguments a person sets (the picture, a book, how many),
+    from the tool's schema, so the form and the API take the same names and bounds."""
+    props = tools.load_all()["search_images_by_image"].input_schema["properties"]
+    limit = props["limit"]
+    return {
+        "books": choices.get("book_id", []),
+        "book_id": args.get("book_id") or "",
+        "limit": args.get("limit", limit["default"]),
+        "limit_min": limit["minimum"],
+        "limit_max": limit["maximum"],
+    }
+
+
+declare_body(by_image, {"multipart/form-data": FORM})

@@ -15,7 +15,17 @@ import jsonschema
 
 from imagesvc.errors import InvalidRequest
 
-__all__ = ["ALIASES", "YEAR", "accepted_names", "canonical", "closest", "unknown_name", "validate", "with_defaults"]
+__all__ = [
+    "ALIASES",
+    "YEAR",
+    "accepted_names",
+    "canonical",
+    "closest",
+    "unknown_name",
+    "validate",
+    "whole_numbers",
+    "with_defaults",
+]
 
 ALIASES = "x-aliases"
 # A year parameter: bounded, like every whole number a tool takes (the catalog stores 64-bit integers).
@@ -173,6 +183,30 @@ def _validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
     if cached is None or cached[0] is not schema:  # the schema is held, so its id is not reused while cached
         cached = _VALIDATORS[id(schema)] = (schema, jsonschema.Draft202012Validator(schema))
     return cached[1]
+
+
+def _whole(value: Any, prop: dict[str, Any]) -> Any:
+    if prop.get("type") == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if prop.get("type") == "array" and isinstance(value, list):
+        items = prop.get("items", {})
+        return [_whole(v, items) for v in value]
+    return value
+
+
+def whole_numbers(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` with every whole-number float given for an integer property (``5.0``) made that integer (``5``).
+
+    The one rule for integers on every door: JSON Schema counts ``5.0`` as an integer, and JSON encoders in other
+    languages write whole numbers that way, so it is accepted as ``5``; ``5.5`` stays a float for validation to refuse.
+    """
+    props = schema.get("properties", {})
+    out = dict(arguments)
+    for name, value in arguments.items():
+        prop = props.get(name)
+        if prop is not None:
+            out[name] = _whole(value, prop)
+    return out
 
 
 def with_defaults(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:

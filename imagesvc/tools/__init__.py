@@ -70,7 +70,7 @@ async def call(services: Any, name: str, arguments: dict[str, Any] | None, call:
     """Check ``arguments`` against the tool's input schema (aliases renamed, unknown names refused, defaults filled),
     then run it. Unknown tools are ``NotFound``; bad arguments are ``InvalidRequest`` naming the parameter."""
     from imagesvc.errors import NotFound
-    from imagesvc.surface.arguments import canonical, validate, with_defaults
+    from imagesvc.surface.arguments import canonical, validate, whole_numbers, with_defaults
 
     tools = load_all()
     if name not in tools:
@@ -79,6 +79,6 @@ async def call(services: Any, name: str, arguments: dict[str, Any] | None, call:
             recovery=[f"Use one of: {', '.join(sorted(tools))}."],
         )
     spec = tools[name]
-    arguments = canonical(name, spec.input_schema, dict(arguments or {}))
+    arguments = whole_numbers(spec.input_schema, canonical(name, spec.input_schema, dict(arguments or {})))
     validate(name, spec.input_schema, arguments)
     return await spec.func(services, call, **with_defaults(spec.input_schema, arguments))

@@ -3,7 +3,6 @@ woodblock or plate, and with CLIP configured the visually similar ones."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 from typing import Any
@@ -18,10 +17,12 @@ from imagesvc.services import Services
 from imagesvc.tools import Call, tool
 from imagesvc.tools.books import require_book
 from imagesvc.tools.gallery import gallery_items
+from imagesvc.tools.image_work import decode_cost, image_work
 
 __all__ = ["PayloadTooLarge", "decode_upload", "search_images_by_image"]
 
-DECODE_SIDE = 1200  # a JPEG upload is decoded at no less than this (DCT scaling): hashing needs far less
+DECODE_SIDE = 1200  # an upload is decoded (JPEG, DCT scaling) or reduced to about this: matching needs no more
+HEAD_CHARS = 65536  # base64 characters decoded first, to price a search by its header before admitting it
 MAX_BASE64 = 14_000_000  # characters: 10 MiB of image once decoded; the setting may lower the byte limit
 
 
@@ -35,8 +36,10 @@ def upload_limit(services: Services) -> int:
 
 
 def decode_upload(services: Services, data: bytes) -> Any:
-    """The uploaded bytes as an RGB image; ``PayloadTooLarge`` past the byte limit, ``ImageRejected`` (422) for a
-    non-image, a lying header, a corrupt file or more pixels than allowed (a decompression bomb)."""
+    """The uploaded bytes as an RGB image of at most ``DECODE_SIDE`` px a side, made in this thread: a JPEG decoded at
+    reduced scale, any other picture reduced in its own mode before the RGB conversion (no full-size RGB copy).
+    ``PayloadTooLarge`` past the byte limit, ``ImageRejected`` (422) for a non-image, a lying header, a corrupt file
+    or more pixels than allowed (a decompression bomb)."""
     limit = upload_limit(services)
     if len(data) > limit:
         raise PayloadTooLarge(
@@ -48,7 +51,7 @@ def decode_upload(services: Services, data: bytes) -> Any:
         raise InvalidRequest("No image was sent.", recovery=["Send the picture's bytes (JPEG, PNG, TIFF, WebP)."])
     spec = TierSpec(max_pixels=services.settings.upload_max_pixels)
     try:
-        _, rgb = decode(data, spec, longest=DECODE_SIDE)
+        _, rgb = decode(data, spec, longest=DECODE_SIDE, reduce=True)
     except ImageRejected as exc:
         raise ImageRejected(
             f"The upload is not a usable image: {exc.message}",
@@ -58,6 +61,11 @@ def decode_upload(services: Services, data: bytes) -> Any:
             ],
             details=exc.details,
         ) from exc
+    if max(rgb.size) > DECODE_SIDE:
+        factor = max(rgb.size) // DECODE_SIDE
+        if factor > 1:
+            rgb = rgb.reduce(factor)  # a box filter on whole blocks: fast, and drops the full-size pixels at once
+        rgb.thumbnail((DECODE_SIDE, DECODE_SIDE))
     return rgb
 
 
@@ -88,20 +96,27 @@ async def search_images_by_image(
     ``distance`` (bits between their closest perceptual hashes); ``similar`` is null when CLIP is off. Not base64, not
     an image, too large or a decompression bomb: a 4xx error that says which.
     """
+    work = image_work(services)
+    head = _unbase64(image[:HEAD_CHARS])
+    async with work.admit(call.caller.subject, decode_cost(head, DECODE_SIDE)):
+        data = await work.run(_unbase64, image)
+        return await search_by_picture(services, data, book_id, limit)
+
+
+def _unbase64(text: str) -> bytes:
     try:
-        data = base64.b64decode(image, validate=True)
+        return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise InvalidRequest(
             "The image argument is not valid base64.",
             recovery=["Encode the file's bytes with standard base64 (RFC 4648), no data: prefix."],
             details={"argument": "image"},
         ) from exc
-    return await search_by_picture(services, data, book_id, limit)
 
 
 async def search_by_picture(services: Services, data: bytes, book_id: str | None, limit: int) -> dict[str, Any]:
-    """The tool's work on raw bytes (the REST upload route calls this without a base64 round trip)."""
-    picture = await asyncio.to_thread(decode_upload, services, data)
+    """The tool's work on raw bytes, once admitted (``image_work``): decoding on the search pool, then matching."""
+    picture = await image_work(services).run(decode_upload, services, data)
     book = require_book(services, book_id)["id"] if book_id is not None else None
     engine = engine_for(services)
     snap = await engine.snapshot()
@@ -114,9 +129,9 @@ async def search_by_picture(services: Services, data: bytes, book_id: str | None
     same = gallery_items(services, [m.id for m in matches], extra)
     similar = None
     if snap.matrix is not None and engine.encoder is not None:
-        vector = (await asyncio.to_thread(engine.encoder.encode_images, [picture]))[0]
+        vector = (await image_work(services).run(engine.encoder.encode_images, [picture]))[0]
         q = Query(book_ids=(book,) if book else None, max_per_book=1000, limit=limit)
-        ranked = await asyncio.to_thread(rank, table, q, snap.matrix, vector, None)
+        ranked = await image_work(services).run(rank, table, q, snap.matrix, vector, None)
         extra = [{"similarity": s} for s in ranked.similarity]
         similar = gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
     status = engine.status(snap)

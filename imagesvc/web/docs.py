@@ -16,7 +16,7 @@ from aiohttp import web
 from imagesvc import __version__, tools
 from imagesvc.surface.arguments import ALIASES
 from imagesvc.web.app_keys import SERVICES
-from imagesvc.web.params import NONE, query_schema
+from imagesvc.web.params import NONE, body_schema, query_schema
 from imagesvc.web.rest import TOOL
 
 __all__ = [
@@ -99,10 +99,13 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
         extra=_PAGE_ERRORS,
     ),
     ("POST", "/search-by-image"): RouteDoc(
-        "Search by image for people (HTML): a picture from a form's file field (multipart), the printings of the "
-        "same woodblock as cards; the search_images_by_image tool.",
+        "Search by image for people (HTML): a picture from a form's file field (multipart) with the form's book_id "
+        "and limit, the printings of the same woodblock as cards; the search_images_by_image tool.",
         media="text/html",
         extra=_PAGE_ERRORS,
+    ),
+    ("GET", "/search-by-image"): RouteDoc(
+        "The search-by-image upload form for people (HTML).", media="text/html", extra=_PAGE_ERRORS
     ),
     ("GET", "/illustration/{id}"): RouteDoc(
         "One illustration's page for people (HTML), with pictures like it.", media="text/html", extra=_PAGE_ERRORS
@@ -198,8 +201,11 @@ def _operation(method: str, path: str, handler: Any) -> dict[str, Any]:
         },
     }
     if method == "POST":
-        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": {}}}}
-        operation["responses"]["200"]["content"] = {"application/json": {"schema": {"type": ["object", "array"]}}}
+        declared = body_schema(handler)
+        content = {m: {"schema": s} for m, s in declared.items()} if declared else {"application/json": {"schema": {}}}
+        operation["requestBody"] = {"required": True, "content": content}
+        if doc.media == "application/json":
+            operation["responses"]["200"]["content"] = {"application/json": {"schema": body}}
     if tool:
         operation["x-tool"] = tool
     return operation

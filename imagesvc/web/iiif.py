@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from imagesvc.iiif.delivery import derivative_etag, info_document, price_milli, produce, resolve_source
+from imagesvc.iiif.delivery import derivative_etag, info_document, produce, render_price_milli, resolve_source
 from imagesvc.iiif.image_api import FORMATS, parse_request
 from imagesvc.iiif.presentation import collection_document, collections_index, manifest_document
 from imagesvc.imaging.xmp import etag_with_xmp, splice_xmp
@@ -34,7 +34,8 @@ PROFILE_LINK = '<http://iiif.io/api/image/3/level2.json>;rel="profile"'
 
 
 def service_base(request: web.Request) -> str:
-    """``scheme://host/iiif/3`` as the client addressed us: info.json ids must equal the URL the client used."""
+    """``scheme://host/iiif/3`` as the client addressed us: info.json ids must equal the URL the client used. Every
+    response that carries it varies by ``Host`` (``Vary: Host``), so a cache never serves one Host's ids to another."""
     return f"{request.scheme}://{request.host}/iiif/3"
 
 
@@ -42,7 +43,7 @@ def _json_ld(request: web.Request, body: dict[str, object], context: str, header
     """JSON-LD with its profile when the client asks for it, plain JSON otherwise."""
     wants_ld = "application/ld+json" in request.headers.get("Accept", "")
     ctype = f'application/ld+json;profile="{context}"' if wants_ld else "application/json"
-    headers = {**headers, "Content-Type": ctype, "Vary": "Accept, Authorization"}
+    headers = {**headers, "Content-Type": ctype, "Vary": "Accept, Authorization, Host"}
     return web.Response(body=json.dumps(body, ensure_ascii=False).encode(), headers=headers)
 
 
@@ -70,7 +71,7 @@ async def base_redirect(request: web.Request) -> web.Response:
     identifier = request.match_info["identifier"]
     await resolve_source(request.app[SERVICES], tool_call(request), identifier, clean=False)
     location = f"{service_base(request)}/{quote(identifier, safe=':')}/info.json"
-    return web.Response(status=303, headers={"Location": location})
+    return web.Response(status=303, headers={"Location": location, "Vary": "Host"})
 
 
 CLEAN = {
@@ -116,9 +117,9 @@ async def image(request: web.Request, arguments: dict[str, Any]) -> web.StreamRe
     }
     if not_modified(request, etag):
         return web.Response(status=304, headers=headers)  # a 304 delivers nothing and counts nothing
-    width, height = plan.output_size
-    # Priced before any pixel work; on a HEAD the meter only checks (a 429 where GET gets one, nothing spent).
-    await call.meter.reserve_milli("images", price_milli(width, height, services.settings.display_size))
+    # Priced before any pixel work, by what the render costs (docs/iiif.md); on a HEAD the meter only checks (a 429
+    # where GET gets one, nothing spent).
+    await call.meter.reserve_milli("images", render_price_milli(source, plan, services.settings.display_size))
     body = await produce(services, runtime, source, plan, pixels_etag)
     if xmp:
         body = splice_xmp(body, xmp)

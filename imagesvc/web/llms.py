@@ -9,7 +9,7 @@ from imagesvc import errors, tools
 from imagesvc.access.policy import CLASSES
 from imagesvc.surface.arguments import ALIASES
 from imagesvc.web.docs import openapi_path, route_doc, route_parameters, route_tool
-from imagesvc.web.params import ANY, query_schema
+from imagesvc.web.params import ANY, body_schema, query_schema
 
 __all__ = ["example_arguments", "llms_document", "schema_type"]
 
@@ -91,9 +91,22 @@ def _route_section(routes: Any, base_path: str) -> list[str]:
             lines.append(f"  Query parameters: {described}. Any other parameter is a 400 naming it.")
         elif route.handler is not None and query_schema(route.handler) is not ANY:
             lines.append("  No query parameters; any is a 400 naming it.")
+        body = body_schema(route.handler)
+        for media, schema in (body or {}).items():
+            lines.append(f"  Body {media}: {_body_fields(schema)}")
         if doc.media != "application/json":
             lines.append(f"  Responds with {doc.media}.")
     return lines
+
+
+def _body_fields(schema: dict[str, Any]) -> str:
+    """One declared body as a line: its fields and their types, or what it is."""
+    props = schema.get("properties")
+    if not props:
+        return schema.get("description", schema_type(schema))
+    required = set(schema.get("required", ()))
+    fields = [f"{n} ({schema_type(p)}{', required' if n in required else ''})" for n, p in props.items()]
+    return ", ".join(fields) + "."
 
 
 def _errors_section() -> list[str]:

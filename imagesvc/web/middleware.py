@@ -56,10 +56,11 @@ async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 
 async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
-    """Signal handler: CORS, the request id and the RateLimit fields go on every response just before it is sent,
-    whichever code path produced it (handler, error, file, 304). Headers a response already carries win."""
+    """Signal handler: CORS, the request id, ``nosniff`` and the RateLimit fields go on every response just before it
+    is sent, whichever code path produced it (handler, error, file, 304). Headers a response already carries win."""
     response.headers.update(CORS_HEADERS)
     response.headers["X-Request-Id"] = request.get(REQUEST_ID, "-")
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")  # JSON and images are never run as script
     for name, value in request.get(RATE_HEADERS, {}).items():
         response.headers.setdefault(name, value)
 

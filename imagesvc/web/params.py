@@ -20,15 +20,20 @@ from aiohttp import web
 
 from imagesvc.errors import InvalidRequest
 from imagesvc.settings import parse_bool
-from imagesvc.surface.arguments import ALIASES, canonical, unknown_name, validate, with_defaults
+from imagesvc.surface.arguments import ALIASES, canonical, unknown_name, validate, whole_numbers, with_defaults
 
 __all__ = [
     "ANY",
+    "BODY_SCHEMA",
     "NONE",
     "QUERY_SCHEMA",
+    "UndeclaredParameters",
     "accepts",
     "any_query",
+    "body_schema",
+    "check_declared",
     "coerce",
+    "declare_body",
     "query_arguments",
     "query_schema",
     "route_name",
@@ -36,6 +41,7 @@ __all__ = [
 ]
 
 QUERY_SCHEMA = "query_schema"  # the attribute under which a handler carries its declared query parameters
+BODY_SCHEMA = "body_schema"  # ... and its declared request body: {media type: schema}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -54,7 +60,12 @@ def coerce(raw: str, prop: dict[str, Any]) -> Any:
         try:
             return int(text)
         except ValueError:
+            pass
+        try:  # "5.0" is 5, as a JSON 5.0 is on every other door (surface.arguments.whole_numbers)
+            number = float(text)
+        except ValueError:
             return raw
+        return int(number) if number.is_integer() else raw
     if kind == "number":
         try:
             value = float(text)
@@ -117,7 +128,7 @@ def accepts(schema: dict[str, Any]) -> Callable[[Callable[..., Awaitable[web.Str
         @functools.wraps(func)
         async def handler(request: web.Request) -> web.StreamResponse:
             where = route_name(request)
-            arguments = canonical(where, strict, query_arguments(request, strict))
+            arguments = whole_numbers(strict, canonical(where, strict, query_arguments(request, strict)))
             validate(where, strict, arguments)
             return await func(request, with_defaults(strict, arguments))
 
@@ -157,3 +168,57 @@ def strict(handler: Handler) -> Handler:
 
 
 NONE: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": {}}
+
+
+def declare_body(handler: Any, content: dict[str, dict[str, Any]]) -> None:
+    """Declare the body ``handler`` reads: ``{media type: JSON schema}``, as OpenAPI's requestBody writes it."""
+    setattr(handler, BODY_SCHEMA, content)
+
+
+def body_schema(handler: Any) -> dict[str, dict[str, Any]] | None:
+    """The request body ``handler`` declared, or None."""
+    return getattr(handler, BODY_SCHEMA, None)
+
+
+# What reading parameters looks like in a handler's code: attributes of the request it touches.
+_QUERY_READS = frozenset({"query", "rel_url", "query_string"})
+_BODY_READS = frozenset({"multipart", "post", "json", "content", "read", "text"})
+
+
+class UndeclaredParameters(RuntimeError):
+    """A route that reads parameters it does not declare: raised at start-up, never while serving."""
+
+
+def _touched(code: Any) -> set[str]:
+    """The attribute names ``code`` (and the functions defined inside it) loads."""
+    import dis
+
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_ATTR", "LOAD_METHOD")}
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            names |= _touched(const)
+    return names
+
+
+def check_declared(handler: Any, where: str) -> None:
+    """Refuse ``handler`` when its code reads the query string without a declared query schema, or a body (form,
+    JSON, upload) without a declared body: such a route would refuse every parameter it documents (``strict`` takes
+    an undeclared route to take none). Read from the handler's own bytecode, unwrapped; helpers it calls are
+    trusted to be called with declared parameters."""
+    import inspect
+
+    inner = inspect.unwrap(handler)
+    code = getattr(inner, "__code__", None)
+    if code is None:
+        return
+    touched = _touched(code)
+    if touched & _QUERY_READS and query_schema(handler) is None:
+        raise UndeclaredParameters(
+            f"{where} reads the query string ({', '.join(sorted(touched & _QUERY_READS))}) but declares no query "
+            "parameters: use params.accepts, rest.tool_route, or set its QUERY_SCHEMA."
+        )
+    if touched & _BODY_READS and body_schema(handler) is None:
+        raise UndeclaredParameters(
+            f"{where} reads the request body ({', '.join(sorted(touched & _BODY_READS))}) but declares none: "
+            "declare it with params.declare_body."
+        )

@@ -15,7 +15,7 @@ from imagesvc.pages import assets as page_assets
 from imagesvc.pages import illustrations as page_illustrations
 from imagesvc.pages import reading as page_reading
 from imagesvc.web import archive, docs, gallery, iiif, image_search, images, mcp, metrics, quota, rest, text
-from imagesvc.web.params import strict
+from imagesvc.web.params import check_declared, strict
 
 __all__ = ["API", "ROUTES", "SITE", "Route", "add_routes", "mounted"]
 
@@ -71,6 +71,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/openapi.json", docs.openapi),
     # Pages for people (imagesvc/pages): the site root, the citation URLs, and the files the pages load.
     Route("GET", "/", page_illustrations.home, SITE),
+    Route("GET", "/search-by-image", page_illustrations.by_image_form, SITE),
     Route("POST", "/search-by-image", page_illustrations.by_image, SITE),
     Route("GET", "/illustration/{id}", page_illustrations.illustration, SITE),
     Route("GET", "/collections", page_illustrations.collections, SITE),
@@ -87,7 +88,10 @@ def mounted(base_path: str) -> list[tuple[str, str, object]]:
 
 
 def add_routes(app: web.Application, base_path: str) -> None:
+    """Mount every route; a handler that reads parameters it does not declare stops the start-up
+    (``params.UndeclaredParameters``), before it could answer "Accepted: none" to a documented parameter."""
     for method, path, handler in mounted(base_path):
+        check_declared(handler, f"{method} {path}")
         handler = strict(handler)  # type: ignore[arg-type]  # a route that declares no query parameters takes none
         if method == "GET":
             app.router.add_get(path, handler)  # type: ignore[arg-type]  # also answers HEAD

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import time
 
 import pytest
 
 from imagesvc.access.identity import (
     CrawlerVerifier,
+    SystemResolver,
     client_address,
     in_networks,
     sign_session,
@@ -124,3 +127,48 @@ async def test_crawler_needs_forward_confirmed_reverse_dns() -> None:
     assert not await verifier.verify("2.2.2.2")  # the name does not resolve back to this address
     assert not await verifier.verify("3.3.3.3")  # the name is not under the domain
     assert not await verifier.verify("4.4.4.4")  # no PTR at all
+
+
+async def test_reverse_dns_against_a_silent_name_server_gives_up_in_time() -> None:
+    """A name server that never answers (a real UDP socket that reads and drops every query) costs a crawler check
+    at most the resolver's timeout, not the system resolver's retries on a thread."""
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    try:
+        resolver = SystemResolver(timeout=0.3, nameservers=[f"127.0.0.1:{silent.getsockname()[1]}"])
+        started = time.monotonic()
+        assert await resolver.reverse("66.249.66.1") == []
+        assert await resolver.forward("crawl-66-249-66-1.googlebot.com") == []
+        assert time.monotonic() - started < 2.0
+        assert silent.recv(512)  # the queries did go out
+    finally:
+        silent.close()
+
+
+class SlowResolver(Resolver):
+    """Answers like ``Resolver`` after ``delay`` seconds, counting the reverse look-ups."""
+
+    def __init__(self, delay: float, ptr: dict[str, list[str]], a: dict[str, list[str]]) -> None:
+        super().__init__(ptr, a)
+        self.delay, self.lookups = delay, 0
+
+    async def reverse(self, address: str) -> list[str]:
+        self.lookups += 1
+        await asyncio.sleep(self.delay)
+        return await super().reverse(address)
+
+
+async def test_crawler_verification_is_bounded_in_time_and_in_memory() -> None:
+    slow = SlowResolver(30, {"1.1.1.1": ["a.googlebot.com"]}, {"a.googlebot.com": ["1.1.1.1"]})
+    verifier = CrawlerVerifier(["googlebot.com"], slow, timeout=0.2)
+    started = time.monotonic()
+    assert not await verifier.verify("1.1.1.1")  # too slow to confirm: not a verified crawler
+    assert time.monotonic() - started < 1.0
+    quick = SlowResolver(0, {}, {})
+    verifier = CrawlerVerifier(["googlebot.com"], quick, max_entries=3)
+    for n in range(5):
+        await verifier.verify(f"10.0.0.{n}")
+    await verifier.verify("10.0.0.4")  # remembered
+    assert quick.lookups == 5
+    await verifier.verify("10.0.0.0")  # forgotten: only the 3 most recent verdicts are kept
+    assert quick.lookups == 6

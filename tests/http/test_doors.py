@@ -87,6 +87,7 @@ DOORS: dict[tuple[str, str], tuple[str, str]] = {
     ("GET", "/books/library"): (METADATA, "/books/library?language=Latin"),
     ("POST", "/gallery/search-by-image"): (METADATA, "/gallery/search-by-image"),  # illustration rows, not pixels
     ("GET", "/"): (METADATA, "/?q=sun"),
+    ("GET", "/search-by-image"): (METADATA, "/search-by-image"),  # the upload form
     ("POST", "/search-by-image"): (METADATA, "/search-by-image"),  # a page of illustration cards, not pixels
     ("GET", "/illustration/{id}"): (METADATA, "/illustration/{ill}"),
     ("GET", "/collections"): (METADATA, "/collections"),

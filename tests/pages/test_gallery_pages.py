@@ -35,7 +35,8 @@ async def test_the_site_root_is_a_search_page_not_a_json_404(client: TestClient)
     assert form.attrs["method"] == "get"
     # The form's fields are the filters of search_images, under the names GET /api/gallery takes.
     names = [e.attrs["name"] for e in doc.all() if e.tag in ("input", "select") and e.attrs.get("name")]
-    assert names == [*FILTER_NAMES, "image"]  # the last: the file field of the search-by-image form
+    # the last: the search-by-image form's fields, the search_images_by_image arguments
+    assert names == [*FILTER_NAMES, "image", "book_id", "limit"]
     for name in FILTER_NAMES:  # each has a visible label
         doc.one("label", for_=f"f-{name}")
     assert doc.one("input", name="year_from").attrs["type"] == "number"
