@@ -246,23 +246,54 @@ def sync_text_index(
     return index, summary
 
 
+PREFILTER_FROM = 50_000  # illustrations from which a query is first scored against each one's mean passage
+CANDIDATES = 4_096  # illustrations whose passages are then scored one by one
+
+
 @dataclass(frozen=True)
 class Passages:
-    """Which illustration each row of a text index belongs to: ``ids`` in index order, ``inverse`` row -> id."""
+    """Which illustration each row of a text index belongs to: ``ids`` in index order, ``inverse`` row -> id. From
+    ``PREFILTER_FROM`` illustrations on, also each illustration's first row, row count and mean passage vector."""
 
     ids: list[str]
     inverse: np.ndarray
+    starts: np.ndarray | None = None
+    counts: np.ndarray | None = None
+    means: np.ndarray | None = None
 
     @classmethod
-    def of(cls, index: VectorIndex) -> Passages:
+    def of(cls, index: VectorIndex, prefilter_from: int = PREFILTER_FROM) -> Passages:
         where: dict[str, int] = {}
         inverse = np.fromiter((where.setdefault(i, len(where)) for i in index.ids), np.int64, len(index.ids))
-        return cls(list(where), inverse)
+        if len(where) < max(1, prefilter_from):
+            return cls(list(where), inverse)
+        starts = np.flatnonzero(np.r_[True, inverse[1:] != inverse[:-1]])
+        if len(starts) != len(where):  # an illustration's rows are not contiguous: no prefilter
+            return cls(list(where), inverse)
+        counts = np.diff(np.r_[starts, len(inverse)])
+        means = (np.add.reduceat(index.embeddings, starts, axis=0) / counts[:, None]).astype(np.float32)
+        return cls(list(where), inverse, starts, counts, means)
 
     def best(self, scores: np.ndarray) -> np.ndarray:
         """Per illustration, the best of its passages' ``scores``."""
         out = np.full(len(self.ids), -np.inf, np.float32)
         np.maximum.at(out, self.inverse, scores.astype(np.float32))
+        return out
+
+    def score(self, embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        """Per illustration, the best cosine of its passages with ``vector``. On a large index (``means`` set) only
+        the ``CANDIDATES`` illustrations whose mean passage scores highest get their best passage; the others keep
+        that mean, which is never above their best: one product with a third of the rows instead of all of them
+        (docs/benchmarks.md), at the risk of missing an illustration with one close passage and two far ones."""
+        if self.means is None or self.starts is None or self.counts is None:
+            return self.best(embeddings @ vector)
+        out = self.means @ vector
+        k = min(CANDIDATES, len(out))
+        top = np.sort(np.argpartition(-out, k - 1)[:k])
+        starts, counts = self.starts[top], self.counts[top]
+        offsets = np.r_[0, np.cumsum(counts)[:-1]]
+        rows = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
+        out[top] = np.maximum.reduceat(embeddings[rows] @ vector, offsets)
         return out
 
 

@@ -136,7 +136,7 @@ class DenseText:
         vector = self.cache.vector(key, lambda: model.query(text))
         info = model.info
         assert info is not None
-        best = state[1].best(state[0].embeddings @ vector)
+        best = state[1].score(state[0].embeddings, vector)
         if info.shift or info.span != 1.0:  # onto the common scale of dense scores (text_models._SCALE)
             best = (best - np.float32(info.shift)) / np.float32(info.span)
         return state[1].ids, best
