@@ -1,6 +1,6 @@
 """Gallery search benchmark: query latency over 200,000 synthetic 512-d vectors, beside a bare numpy reference and FAISS
-IndexFlatIP measured in the same run, the same query with the text encode of a fresh query (the embedded MiniLM text
-model), and indexing throughput (decode + CLIP encode) with the tiny model on CPU.
+IndexFlatIP measured in the same run, the same query with the text encode of a fresh query (the default text model,
+``--text-model`` for another), and indexing throughput (decode + CLIP encode) with the tiny model on CPU.
 
 Usage: .venv/bin/python benchmarks/search.py [--vectors 200000] [--queries 200] [--index-images 256] [--text-threads 2]
 """
@@ -72,7 +72,7 @@ def query_texts(count: int) -> list[str]:
     return [" ".join(rng.choice(WORDS, 3, replace=False)) + f" {k}" for k in range(count)]
 
 
-def query_latency(n: int, dims: int, count: int, text_threads: int) -> None:
+def query_latency(n: int, dims: int, count: int, text_threads: int, text_model: str = "e5") -> None:
     table, matrix = synthetic(n, dims, books=max(1, n // 15))
     start = time.perf_counter()
     prepared(table, len(matrix))
@@ -99,16 +99,18 @@ def query_latency(n: int, dims: int, count: int, text_threads: int) -> None:
     named.append(("ours: no filter, maxPerBook 3, offset 200", lambda q: rank(table, deep, matrix, q)))
     if text_threads:
         try:
-            model = TextModel(text_threads)
-            model.encode(["warm up"])
+            model = TextModel(text_model, text_threads)
+            model.query("warm up")
             texts = iter(query_texts(2 * count + 4))
 
             def encoded(q: np.ndarray) -> object:
-                model.encode([next(texts)])
+                model.query(next(texts))
                 return rank(table, plain, matrix, q)
 
-            named.append(("MiniLM encode of a fresh query, alone", lambda _: model.encode([next(texts)])))
-            named.append(("ours: no filter, maxPerBook 3, limit 20, with the MiniLM encode of a fresh query", encoded))
+            named.append((f"{text_model} encode of a fresh query, alone", lambda _: model.query(next(texts))))
+            named.append(
+                (f"ours: no filter, maxPerBook 3, limit 20, with the {text_model} encode of a fresh query", encoded)
+            )
         except ImagesvcError as exc:
             print(f"no text-encode row: {exc.message}")
     rows = timed(named, queries)
@@ -150,9 +152,10 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--index-images", type=int, default=256)
     parser.add_argument("--vit", action="store_true", help="also time ViT-B-32 (random weights) indexing")
-    parser.add_argument("--text-threads", type=int, default=2, help="torch threads of the text model (0: no text rows)")
+    parser.add_argument("--text-threads", type=int, default=2, help="threads of the text model (0: no text rows)")
+    parser.add_argument("--text-model", default="e5", choices=["e5", "use", "minilm"])
     args = parser.parse_args()
-    query_latency(args.vectors, args.dims, args.queries, args.text_threads)
+    query_latency(args.vectors, args.dims, args.queries, args.text_threads, args.text_model)
     index_throughput(TINY_MODEL, args.index_images, 64)
     if args.vit:
         index_throughput("ViT-B-32", 64, 16)

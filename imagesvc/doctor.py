@@ -1,9 +1,9 @@
 """``imagesvc doctor``: check a deployment's settings and dependencies, one actionable line per finding.
 
 Checks: the object store answers with our credentials; on S3, that masters are not readable without credentials;
-the catalog's schema is current; the access backend answers; configured CLIP weights exist; the secrets that several
-nodes must share are set explicitly when the deployment is shared; the C2PA signing chain signs a file that reads back
-valid.
+the catalog's schema is current; the access backend answers; configured CLIP weights exist; the text model can run
+on this CPU and the text index is of that model; the secrets that several nodes must share are set explicitly when the
+deployment is shared; the C2PA signing chain signs a file that reads back valid.
 """
 
 from __future__ import annotations
@@ -135,6 +135,36 @@ def _clip(settings: Settings) -> Finding:
     return Finding("ok", "clip", f"weights found at {path}")
 
 
+def _text_model(settings: Settings) -> Finding:
+    """Whether the configured text model can run on this CPU and platform (decided without loading it: a fault in its
+    C engine would end this process), and whether the text index on disk was embedded by it."""
+    import json
+
+    from imagesvc.search import text_models
+
+    name = settings.text_model
+    if name == "off":
+        return Finding("ok", "text model", "off (IMAGESVC_TEXT_MODEL=off): gallery search ranks by keywords and CLIP")
+    chosen, note = text_models.choose(name)
+    if chosen is None:
+        return Finding("fail", "text model", f"{note}; install imagesvc[text] or set IMAGESVC_TEXT_MODEL=off")
+    key = text_models.model_info(chosen).key
+    try:
+        indexed = json.loads((settings.data_dir / "textvectors" / "current.json").read_text()).get("model")
+    except (OSError, ValueError):
+        indexed = None
+    if indexed is not None and indexed != key:
+        return Finding(
+            "warn",
+            "text model",
+            f"the text index was embedded by {indexed}, this node runs {key}: run `imagesvc index` (dense text "
+            "ranking is off until then)",
+        )
+    if note:
+        return Finding("warn", "text model", f"{note} (set IMAGESVC_TEXT_MODEL={chosen} to say so)")
+    return Finding("ok", "text model", f"{key} can run here")
+
+
 def _secrets(settings: Settings) -> list[Finding]:
     shared = settings.storage == "s3" or settings.access_backend == "redis"
     found = []
@@ -249,6 +279,7 @@ async def run_checks(settings: Settings) -> list[Finding]:
         _catalog(settings),
         await _access(settings),
         _clip(settings),
+        _text_model(settings),
         *_secrets(settings),
         *_c2pa(settings),
     ]

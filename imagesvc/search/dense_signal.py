@@ -4,6 +4,7 @@ and the query-vector cache that worker threads share."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -15,7 +16,7 @@ import numpy as np
 
 from imagesvc.catalog.reader import reader
 from imagesvc.errors import ImagesvcError
-from imagesvc.search.dense import MODEL_KEY, Passages, TextModel, sync_text_index, text_rows
+from imagesvc.search.dense import TEXT_FOLDER, OtherModel, Passages, TextModel, sync_text_index, text_rows
 from imagesvc.search.vectors import VectorIndex
 
 __all__ = ["DenseText", "QueryCache"]
@@ -55,6 +56,14 @@ class DenseText:
         self._stamp: Any = None
         self._job: asyncio.Future[Any] | None = None
         self.error: str | None = None
+        self._other: str | None = None  # with an index of another model on disk: that model's key
+
+    def _indexed_model(self) -> str | None:
+        """The model the text index on disk was embedded by (a small JSON read)."""
+        try:
+            return json.loads((self.data_dir / TEXT_FOLDER / "current.json").read_text()).get("model")
+        except (OSError, ValueError):
+            return None
 
     @property
     def on(self) -> bool:
@@ -64,19 +73,28 @@ class DenseText:
         """One plain sentence on the dense text signal, for /health and search responses."""
         if self.model is None:
             return "off (IMAGESVC_TEXT_MODEL=off): no dense text ranking"
+        note = f" ({self.model.note})" if self.model.note else ""
+        if self.model.info is None:
+            return f"unavailable: {self.model.note}"
         if self.error:
             return f"unavailable: {self.error}"
+        key = self.model.key
         if self._state is not None:
-            return f"on: {MODEL_KEY}, {len(self._state[1].ids)} illustrations embedded"
+            return f"on: {key}, {len(self._state[1].ids)} illustrations embedded{note}"
         if self._job is not None:
-            return f"loading: {MODEL_KEY} and the text index (keyword ranking until ready)"
-        return f"on: {MODEL_KEY}, loads on the first text query"
+            return f"loading: {key} and the text index (keyword ranking until ready){note}"
+        return f"on: {key}, loads on the first text query{note}"
 
     async def ready(self) -> bool:
         """Bring the text index up to date (model load and new embeddings in a thread) and say whether dense
         ranking can be used. Waits at most ``search_wait`` seconds; the work goes on after that."""
-        if self.model is None or self.error:
+        if self.model is None or self.model.info is None:
             return False
+        if self.error:
+            if self._other is None or self._indexed_model() == self._other:
+                return False
+            self.error = self._other = None  # `imagesvc index` has re-embedded since: try again
+            self._state = None
         stamp = self.catalog.query_one("PRAGMA data_version")
         if self._state is not None and self._stamp == stamp:
             return True
@@ -86,6 +104,11 @@ class DenseText:
             await asyncio.wait_for(asyncio.shield(self._job), self.settings.search_wait)
         except TimeoutError:
             return self._state is not None
+        except OtherModel as exc:
+            self.error = f"{exc.message}: run `imagesvc index` (keyword ranking until then)"
+            self._other = self._indexed_model() or ""
+            log.error("dense text search is off: %s", self.error)
+            return False
         except ImagesvcError as exc:
             self.error = exc.message
             log.error("dense text search is off: %s", exc.message)
@@ -100,7 +123,8 @@ class DenseText:
         with reader(self.catalog) as source:
             rows = text_rows(source)
         self.model.load()
-        index, _ = sync_text_index(self.data_dir, rows, self.model)
+        # never re-embed another model's index here (that is `imagesvc index`'s work), never rank with it either
+        index, _ = sync_text_index(self.data_dir, rows, self.model, replace_other=False)
         return index, Passages.of(index)
 
     def scores(self, text: str) -> tuple[list[str], np.ndarray] | None:
@@ -109,5 +133,10 @@ class DenseText:
         if state is None or model is None or not len(state[0].ids):
             return None
         key = "dense:" + " ".join(text.casefold().split())
-        vector = self.cache.vector(key, lambda: model.encode([text])[0])
-        return state[1].ids, state[1].best(state[0].embeddings @ vector)
+        vector = self.cache.vector(key, lambda: model.query(text))
+        info = model.info
+        assert info is not None
+        best = state[1].score(state[0].embeddings, vector)
+        if info.shift or info.span != 1.0:  # onto the common scale of dense scores (text_models._SCALE)
+            best = (best - np.float32(info.shift)) / np.float32(info.span)
+        return state[1].ids, best

@@ -74,7 +74,7 @@ class SearchEngine:
         self.spec: ClipSpec = clip_spec(settings)
         self.encoder = encoder or (Encoder(self.spec) if self.spec.enabled else None)
         on = getattr(settings, "text_model", "off") != "off"
-        self.text_model = text_model or (shared_model() if on else None)
+        self.text_model = text_model or (shared_model(settings.text_model) if on else None)
         self._data_dir = Path(data_dir or settings.data_dir)  # where the vector indexes are read from
         # Snapshot state: read and written by the event loop only.
         self._snap: SearchSnapshot | None = None

@@ -22,8 +22,8 @@ import numpy as np
 
 __all__ = ["DENSE_FLOOR", "W_FTS", "ParsedQuery", "fuse", "parse_query"]
 
-W_FTS = 0.2
-DENSE_FLOOR = 0.25
+W_FTS = 0.1
+DENSE_FLOOR = 0.15
 _NEGATIVE = re.compile(r'(?:^|\s)-(?:"([^"]+)"|(\w[\w\'-]*))', re.UNICODE)
 _WORD = re.compile(r"\w+", re.UNICODE)
 

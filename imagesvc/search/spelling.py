@@ -3,20 +3,39 @@ closest word that one does ("alembik" -> "alembic"), so keyword and dense search
 
 Candidates share the first letter and differ in length by at most two; closeness is difflib's ratio (at least
 ``CUTOFF``). Words the library uses are never changed, nor words under four letters, nor words a dictionary knows
-(the text model's word pieces: "ovens" is a word, even if no description uses it, and must not become "opens").
+(``english_word``: "ovens" is a word, even if no description uses it, and must not become "opens").
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-__all__ = ["CUTOFF", "Vocabulary"]
+__all__ = ["CUTOFF", "Vocabulary", "english_word"]
 
 CUTOFF = 0.8
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+_lock = threading.Lock()
+_english: frozenset[str] | None = None
+
+
+def english_word(word: str) -> bool:
+    """Whether ``word`` is in pyspellchecker's English word list (its only use here: the descriptions, and so the
+    library words a misspelling is corrected to, are English). A word of another language is never corrected to a
+    library word unless it is as close to one as a misspelling. Loaded on first use (~0.3 s); without pyspellchecker
+    every word counts as known, so nothing is corrected."""
+    global _english
+    with _lock:
+        if _english is None:
+            try:
+                from spellchecker import SpellChecker
+            except ImportError:
+                return True
+            _english = frozenset(SpellChecker(language="en", distance=1).word_frequency.keys())
+    return word.casefold() in _english
 
 
 class Vocabulary:

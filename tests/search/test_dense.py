@@ -63,7 +63,7 @@ def test_a_paraphrase_is_nearest_to_the_passage_it_paraphrases(data: Path) -> No
     model = shared_model()
     index, _ = sync_text_index(data, rows, model)
     groups = Passages.of(index)
-    best = groups.best(index.embeddings @ model.encode(["snake eating itself"])[0])
+    best = groups.best(index.embeddings @ model.query("snake eating itself"))
     top = groups.ids[int(np.argmax(best))]
     assert "serpent biting its own tail" in next(r["description"] for r in rows if r["id"] == top)
 

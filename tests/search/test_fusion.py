@@ -30,11 +30,11 @@ def small() -> tuple[GalleryTable, np.ndarray]:
 
 def test_fuse_adds_the_weighted_keyword_score_to_the_cosine() -> None:
     ids = ["x", "y", "z", "w"]
-    dense = np.array([0.6, 0.3, 0.1, 0.2], np.float32)
+    dense = np.array([0.6, 0.3, 0.1, 0.12], np.float32)
     fused, cos = fuse(ids, dense, {"y": 1.0, "z": 0.5, "new": 0.5})
     assert fused == pytest.approx({"x": 0.6, "y": 0.3 + W_FTS, "z": 0.1 + W_FTS * 0.5, "new": W_FTS * 0.5})
     # w is under the dense floor with no keyword match: not a result at all; z is one, through its keyword.
-    assert "w" not in fused and set(cos) == {"x", "y", "z"} and DENSE_FLOOR > 0.2
+    assert "w" not in fused and set(cos) == {"x", "y", "z"} and DENSE_FLOOR > 0.12
 
 
 def test_fuse_without_dense_scores_is_the_keyword_ranking() -> None:

@@ -1,0 +1,159 @@
+"""The gallery's text model on one core: load time and resident memory, a query's encode, a dense text query over
+200,000 illustrations including that encode, and indexing throughput in descriptions per second per core.
+
+    python benchmarks/text_model.py [--model e5] [--illustrations 200000] [--queries 200] [--reference minilm]
+
+The 200,000 illustrations are synthetic (three unit passages each, 384-d, the text index's layout: 600,000 rows);
+the query is a fresh text every time (no cache hit), encoded by the model, scored as ``DenseText.scores`` does (in
+two steps from ``PREFILTER_FROM`` illustrations on; the exhaustive scan of every passage is timed in turns beside
+it), fused with no keyword scores and ranked (maxPerBook 3, limit 20), as ``SearchEngine.search`` does. Indexing
+embeds the demo library's real descriptions, repeated, in batches of 64. With ``--reference`` the same rows are timed
+for another model in the same run (a ratio on this shared host means more than a figure). Every model is pinned to
+one thread, as in a serving worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.search import query_texts, synthetic  # noqa: E402
+from imagesvc.search.dense import Passages, TextModel  # noqa: E402
+from imagesvc.search.fusion import fuse  # noqa: E402
+from imagesvc.search.ranking import Query, rank  # noqa: E402
+from imagesvc.search.vectors import VectorIndex  # noqa: E402
+
+__all__ = ["main"]
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def descriptions() -> list[str]:
+    """The demo library's texts, as the text index embeds them (description, museum description, terms)."""
+    books = json.loads((ROOT / "fixtures" / "demo_books.json").read_text(encoding="utf-8"))["books"]
+    out = []
+    for book in books:
+        for page in book["pages"]:
+            for ill in page.get("illustrations", []):
+                terms = ", ".join([ill.get("type") or "", *ill.get("subjects", []), *ill.get("symbols", [])])
+                out += [ill["description"], ill.get("museum_description") or "", terms]
+    return [t for t in out if t]
+
+
+def measure(name: str, n: int, count: int, index_texts: int) -> dict[str, float]:
+    before = rss_mb()
+    started = time.perf_counter()
+    model = TextModel(name, threads=1)
+    model.load()
+    load_s = time.perf_counter() - started
+    model.query("warm up")
+    grown = rss_mb() - before
+    assert model.info is not None
+    dims = model.info.dims
+    texts = iter(query_texts(3 * count + 8))
+
+    # a dense text query over n illustrations, three passages each
+    table, _ = synthetic(n, 8, books=max(1, n // 15))
+    rng = np.random.default_rng(5)
+    matrix = rng.standard_normal((3 * n, dims), dtype=np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    ids = [i for i in table.ids for _ in range(3)]
+    index = VectorIndex(ids, [""] * len(ids), matrix, model.key)
+    passages = Passages.of(index)  # two steps from PREFILTER_FROM illustrations on (dense.Passages.score)
+    scan = Passages.of(index, prefilter_from=10**12)  # every passage scored: the exhaustive reference
+    plain = Query(max_per_book=3, limit=20)
+
+    def query(using: Passages = passages) -> None:
+        vector = model.query(next(texts))
+        best = using.score(index.embeddings, vector)
+        fused, _ = fuse(using.ids, best, {})
+        rank(table, plain, None, None, fused)
+
+    encode_ms, query_ms, query_cpu, scan_cpu = [], [], [], []
+    query()
+    for _ in range(count):  # in turns, so a load swing on a shared host falls on every row alike
+        t = time.perf_counter()
+        model.query(next(texts))
+        encode_ms.append((time.perf_counter() - t) * 1000)
+        t, c = time.perf_counter(), time.process_time()
+        query()
+        query_ms.append((time.perf_counter() - t) * 1000)
+        query_cpu.append((time.process_time() - c) * 1000)
+        c = time.process_time()
+        query(scan)
+        scan_cpu.append((time.process_time() - c) * 1000)
+
+    # indexing: real descriptions, batches of 64, one thread; CPU seconds as well as wall seconds
+    corpus = descriptions()
+    batch = (corpus * (index_texts // len(corpus) + 1))[:index_texts]
+    wall, cpu = time.perf_counter(), time.process_time()
+    model.encode(batch)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {
+        "load_s": load_s,
+        "rss_mb": grown,
+        "encode_p50": float(np.percentile(encode_ms, 50)),
+        "encode_p95": float(np.percentile(encode_ms, 95)),
+        "query_p50": float(np.percentile(query_ms, 50)),
+        "query_p95": float(np.percentile(query_ms, 95)),
+        "cpu_p50": float(np.percentile(query_cpu, 50)),
+        "cpu_p95": float(np.percentile(query_cpu, 95)),
+        "scan_p50": float(np.percentile(scan_cpu, 50)),
+        "scan_p95": float(np.percentile(scan_cpu, 95)),
+        "per_cpu_s": index_texts / cpu,
+        "per_wall_s": index_texts / wall,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="e5", choices=["e5", "use", "minilm"])
+    parser.add_argument("--reference", choices=["e5", "use", "minilm"], help="also time this model, in the same run")
+    parser.add_argument("--illustrations", type=int, default=200_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--index-texts", type=int, default=512)
+    args = parser.parse_args()
+    print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    rows = {
+        m: measure(m, args.illustrations, args.queries, args.index_texts)
+        for m in filter(None, [args.model, args.reference])
+    }
+    print(f"\n{args.illustrations:,} illustrations (x3 passages), {args.queries} fresh queries, one thread")
+    print(
+        "| model | load s | RSS growth MB | encode p50 / p95 ms | query incl. encode p50 / p95 ms, wall | same, CPU ms "
+        "| every passage scored, CPU ms | descriptions/s per core (CPU) | 200,000 illustrations: core-hours |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for m, r in rows.items():
+        hours = 3 * 200_000 / r["per_cpu_s"] / 3600
+        print(
+            f"| {m} | {r['load_s']:.2f} | {r['rss_mb']:.0f} | {r['encode_p50']:.1f} / {r['encode_p95']:.1f} | "
+            f"{r['query_p50']:.1f} / {r['query_p95']:.1f} | {r['cpu_p50']:.1f} / {r['cpu_p95']:.1f} | "
+            f"{r['scan_p50']:.1f} / {r['scan_p95']:.1f} | "
+            f"{r['per_cpu_s']:.1f} ({r['per_wall_s']:.1f} wall) | {hours:.1f} |"
+        )
+    if args.reference:
+        a, b = rows[args.model], rows[args.reference]
+        print(
+            f"\n{args.model} / {args.reference}: query p95 {a['query_p95'] / b['query_p95']:.2f}x, "
+            f"indexing {a['per_cpu_s'] / b['per_cpu_s']:.2f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""A large text index is scored in two steps (each illustration's mean passage, then the best passage of the top
+candidates): the scores never overstate an illustration, and the best match is the one an exhaustive scan finds."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from imagesvc.search.dense import Passages
+from imagesvc.search.vectors import VectorIndex
+
+
+def test_the_two_step_score_finds_what_the_full_scan_finds() -> None:
+    rng = np.random.default_rng(7)
+    n, dims = 60_000, 96
+    matrix = rng.standard_normal((3 * n, dims), dtype=np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    index = VectorIndex([f"ill-{k // 3}" for k in range(3 * n)], [""] * (3 * n), matrix, "test")
+    full, fast = Passages.of(index, prefilter_from=10**9), Passages.of(index)
+    assert full.means is None and fast.means is not None  # 60,000 illustrations: over the prefilter's threshold
+    for _ in range(20):
+        target = int(rng.integers(0, 3 * n))  # a query close to one passage of one illustration
+        query = matrix[target] + 0.05 * rng.standard_normal(dims).astype(np.float32)
+        query /= np.linalg.norm(query)
+        exact, quick = full.score(matrix, query), fast.score(matrix, query)
+        assert int(np.argmax(quick)) == int(np.argmax(exact)) == target // 3
+        assert np.all(quick <= exact + 1e-6)  # a mean passage score never exceeds the best
+        top = np.argsort(-exact)[:1]
+        assert quick[top] == exact[top]

