@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+
+from imagesvc.catalog import page_text
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
@@ -166,9 +169,15 @@ MIGRATIONS: tuple[str, ...] = (
     END;
     INSERT INTO books_fts (books_fts) VALUES ('rebuild');
     """,
+    # 5: full text over every page's OCR, translation and original (search_within_book); see catalog/page_text.py.
+    page_text.MIGRATION,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+# Work a migration needs beyond SQL, run in the same transaction, by the version it brings the catalog to: an
+# existing catalog's pages are indexed when it gains the page index (the text is folded in Python).
+FOLLOW_UPS: dict[int, Callable[[sqlite3.Connection], object]] = {5: page_text.build}
 
 
 def migrate(conn: sqlite3.Connection) -> int:
@@ -183,5 +192,29 @@ def migrate(conn: sqlite3.Connection) -> int:
             "upgrade imagesvc"
         )
     for version in range(current, SCHEMA_VERSION):
-        conn.executescript(f"BEGIN; {MIGRATIONS[version]}; PRAGMA user_version = {version + 1}; COMMIT;")
+        follow_up = FOLLOW_UPS.get(version + 1)
+        if follow_up is None:
+            conn.executescript(f"BEGIN; {MIGRATIONS[version]}; PRAGMA user_version = {version + 1}; COMMIT;")
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(MIGRATIONS[version]):
+                conn.execute(statement)
+            follow_up(conn)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
     return SCHEMA_VERSION
+
+
+def _statements(script: str) -> list[str]:
+    """A migration script's statements, one by one (``executescript`` would commit the open transaction)."""
+    out, pending = [], ""
+    for line in script.splitlines(keepends=True):
+        pending += line.split("--", 1)[0] + "\n"
+        if sqlite3.complete_statement(pending):
+            out.append(pending.strip())
+            pending = ""
+    return [s for s in out if s.strip(" ;\n")]

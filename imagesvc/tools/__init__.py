@@ -53,7 +53,7 @@ def tool(
 
 def load_all() -> dict[str, Tool]:
     """Import every tool module so the registry is complete."""
-    from imagesvc.tools import book_text, books, gallery, image_search, quotes, vectors  # noqa: F401
+    from imagesvc.tools import book_text, books, gallery, image_search, quotes, vectors, within_book  # noqa: F401
 
     return REGISTRY
 
