@@ -38,17 +38,13 @@ _TOKEN = re.compile(r"[^\W_]+")  # letters and digits: what the index's unicode6
 
 
 @cache
-def _marks() -> re.Pattern[str]:
-    """Every combining mark (category Mn) and the tatweel, as one character class (built once, on first use)."""
-    ranges: list[tuple[int, int]] = []
-    for code in range(sys.maxunicode + 1):
-        if unicodedata.category(chr(code)) == "Mn":
-            if ranges and ranges[-1][1] == code - 1:
-                ranges[-1] = (ranges[-1][0], code)
-            else:
-                ranges.append((code, code))
-    body = "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
-    return re.compile(f"[{body}{_TATWEEL}]+")
+def _marks() -> dict[int, None]:
+    """Every combining mark (category Mn) and the tatweel, as a ``str.translate`` table that deletes them (built once,
+    on first use; a translate table is ~10x faster than a regex class of the ~2,000 mark ranges)."""
+    codes = range(sys.maxunicode + 1)
+    table: dict[int, None] = {code: None for code in codes if unicodedata.category(chr(code)) == "Mn"}
+    table[ord(_TATWEEL)] = None
+    return table
 
 
 def is_cjk(token: str) -> bool:
@@ -58,14 +54,16 @@ def is_cjk(token: str) -> bool:
 
 def fold(text: str) -> str:
     """``text`` as the index stores it and a query is matched: unfolded, unmarked, CJK spelled a character a token."""
-    bare = unicodedata.normalize("NFC", _marks().sub("", unicodedata.normalize("NFKD", text)))
+    if text.isascii():
+        return text.casefold()
+    bare = unicodedata.normalize("NFC", unicodedata.normalize("NFKD", text).translate(_marks()))
     return _CJK.sub(r" \1 ", bare).casefold()
 
 
 @cache
 def fold_char(char: str) -> str:
     """One character folded for locating matches in raw text: unfolded, unmarked and lower-cased (maybe empty)."""
-    return _marks().sub("", unicodedata.normalize("NFKD", char)).casefold()
+    return unicodedata.normalize("NFKD", char).translate(_marks()).casefold()
 
 
 @dataclass(frozen=True)
