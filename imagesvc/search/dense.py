@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ __all__ = [
     "MODEL_KEY",
     "TEXT_FOLDER",
     "Passages",
+    "StaleWork",
     "TextIndexSummary",
     "TextModel",
     "illustration_text",
@@ -167,12 +168,27 @@ class TextIndexSummary:
         )
 
 
+class StaleWork(Exception):
+    """The search state this work was for has been replaced (its snapshot closed): the work stopped unfinished."""
+
+
+STALE_CHECK_PASSAGES = 128  # passages embedded between two checks that the work is still wanted (~1-5 s)
+
+
 def sync_text_index(
-    data_dir: Path, rows: list[dict[str, Any]], model: TextModel, *, full: bool = False, schema_version: int = 0
+    data_dir: Path,
+    rows: list[dict[str, Any]],
+    model: TextModel,
+    *,
+    full: bool = False,
+    schema_version: int = 0,
+    still_wanted: Callable[[], bool] = lambda: True,
 ) -> tuple[VectorIndex, TextIndexSummary]:
     """Bring the text index in ``data_dir`` up to date with ``rows`` (live illustrations with their text fields);
     embeds only new or changed illustrations. The index has one row per passage, its ``ids`` naming the illustration
-    (so an id repeats). Returns the index and what was done. Blocking: call it in a thread."""
+    (so an id repeats). Returns the index and what was done. Blocking: call it in a thread.
+
+    ``still_wanted()`` is asked between batches and before saving; False stops the work with ``StaleWork``."""
     started = time.perf_counter()
     old = None if full else load_index(data_dir, TEXT_FOLDER)
     if old is not None and old.model_key != MODEL_KEY:
@@ -187,7 +203,12 @@ def sync_text_index(
         return old, TextIndexSummary(old.version, len(hashes), 0, len(hashes), 0, time.perf_counter() - started)
     todo = [(iid, p) for iid, p in wanted if previous.get(iid, ("", []))[0] != hashes[iid]]
     flat = [text for _, p in todo for text in p]
-    vectors = model.encode(flat) if flat else np.zeros((0, 384), np.float32)
+    chunks = []
+    for start in range(0, len(flat), STALE_CHECK_PASSAGES):
+        if not still_wanted():
+            raise StaleWork(f"text index of {data_dir}: its search state was replaced")
+        chunks.append(model.encode(flat[start : start + STALE_CHECK_PASSAGES]))
+    vectors = np.concatenate(chunks) if chunks else np.zeros((0, 384), np.float32)
     fresh: dict[str, np.ndarray] = {}
     at = 0
     for iid, p in todo:
@@ -200,6 +221,8 @@ def sync_text_index(
         out_ids += [iid] * len(block)
     matrix = np.concatenate(blocks).astype(np.float32) if blocks else np.zeros((0, 384), np.float32)
     index = VectorIndex(out_ids, [hashes[i] for i in out_ids], matrix, MODEL_KEY)
+    if not still_wanted():
+        raise StaleWork(f"text index of {data_dir}: its search state was replaced")
     try:
         version = save_index(data_dir, index, schema_version, TEXT_FOLDER)
     except OSError as exc:  # a read-only data dir (a snapshot follower): keep the index in memory only

@@ -15,7 +15,7 @@ import numpy as np
 
 from imagesvc.catalog.reader import reader
 from imagesvc.errors import ImagesvcError
-from imagesvc.search.dense import MODEL_KEY, Passages, TextModel, sync_text_index, text_rows
+from imagesvc.search.dense import MODEL_KEY, Passages, StaleWork, TextModel, sync_text_index, text_rows
 from imagesvc.search.vectors import VectorIndex
 
 __all__ = ["DenseText", "QueryCache"]
@@ -55,6 +55,7 @@ class DenseText:
         self._stamp: Any = None
         self._job: asyncio.Future[Any] | None = None
         self.error: str | None = None
+        self.closed = False  # set when the search state this belongs to is replaced: work in flight stops
 
     @property
     def on(self) -> bool:
@@ -92,15 +93,27 @@ class DenseText:
             return False
         return self._state is not None
 
+    def close(self) -> None:
+        """Stop: a sync in flight ends at its next batch without saving, and nothing starts again."""
+        self.closed = True
+        self.error = self.error or "closed: its catalog snapshot was replaced"
+        if self._job is not None:
+            self._job.cancel()
+
     async def _sync(self, stamp: Any) -> None:
-        self._state, self._stamp = await asyncio.to_thread(self._load), stamp
+        try:
+            state = await asyncio.to_thread(self._load)
+        except StaleWork:
+            return
+        if not self.closed:
+            self._state, self._stamp = state, stamp
 
     def _load(self) -> tuple[VectorIndex, Passages]:
         assert self.model is not None
         with reader(self.catalog) as source:
             rows = text_rows(source)
         self.model.load()
-        index, _ = sync_text_index(self.data_dir, rows, self.model)
+        index, _ = sync_text_index(self.data_dir, rows, self.model, still_wanted=lambda: not self.closed)
         return index, Passages.of(index)
 
     def scores(self, text: str) -> tuple[list[str], np.ndarray] | None:
