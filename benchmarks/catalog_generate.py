@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from imagesvc.catalog import Catalog, illustration_id, page_id
+from imagesvc.catalog import Catalog, illustration_id, page_id, page_text
 from imagesvc.catalog import writes as w
 
 LANGUAGES = {  # language: (share of books, vocabulary, script written without spaces)
@@ -202,6 +202,25 @@ def write_library(data_dir: Path, books: int, pages: int, illustrations: int, se
     return path
 
 
+def reindex(data_dir: Path) -> int:
+    """Rebuild the page-text index of a generated catalog in place (after the index's layout changed)."""
+    catalog = Catalog(data_dir / "catalog.sqlite3")
+    try:
+        with catalog.transaction() as conn:
+            conn.execute("DROP TABLE IF EXISTS pages_fts")
+            conn.execute("DROP TABLE IF EXISTS page_text_books")
+            for statement in _strip(page_text.MIGRATION).split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            return page_text.build(conn)
+    finally:
+        catalog.close()
+
+
+def _strip(statement: str) -> str:
+    return "\n".join(line.split("--", 1)[0] for line in statement.splitlines())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dir", type=Path)
@@ -209,7 +228,12 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=300)
     parser.add_argument("--illustrations", type=int, default=0, help="default: 200,000 scaled to the books")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--reindex", action="store_true", help="only rebuild the page-text index of DATA_DIR")
     args = parser.parse_args()
+    if args.reindex:
+        started = time.monotonic()
+        print(f"reindexed {reindex(args.data_dir)} pages in {time.monotonic() - started:.0f} s")
+        return
     illustrations = args.illustrations or round(200_000 * args.books / 15_000)
     started = time.monotonic()
     path = write_library(args.data_dir, args.books, args.pages, illustrations, args.seed)

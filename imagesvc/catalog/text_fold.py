@@ -16,7 +16,7 @@ import unicodedata
 from dataclasses import dataclass
 from functools import cache
 
-__all__ = ["MAX_WORDS", "Word", "fold", "fold_char", "is_cjk", "query_words"]
+__all__ = ["MAX_WORDS", "Word", "fold", "fold_char", "index_text", "is_cjk", "query_words"]
 
 MAX_WORDS = 32  # words a query may hold; more is refused, not silently cut
 
@@ -34,6 +34,7 @@ _CJK_RANGES = (
 )
 _CJK_CLASS = "".join(f"{chr(a)}-{chr(b)}" for a, b in _CJK_RANGES)
 _CJK = re.compile(f"([{_CJK_CLASS}])")
+_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 _TOKEN = re.compile(r"[^\W_]+")  # letters and digits: what the index's unicode61 tokenizer keeps as a token
 
 
@@ -60,6 +61,20 @@ def fold(text: str) -> str:
     return _CJK.sub(r" \1 ", bare).casefold()
 
 
+def _grams(run: str) -> str:
+    return " " + " ".join([*run, *(run[i : i + 2] for i in range(len(run) - 1))]) + " "
+
+
+def index_text(text: str) -> str:
+    """``text`` as the index holds it: folded, and each run of CJK characters spelled as its characters and its
+    character pairs, so that a query of two or more characters is found by pairs that must all be there (adjacency,
+    without a phrase query) and a one-character query by the character itself."""
+    if text.isascii():
+        return text.casefold()
+    bare = unicodedata.normalize("NFC", unicodedata.normalize("NFKD", text).translate(_marks())).casefold()
+    return _CJK_RUN.sub(lambda m: _grams(m.group()), bare)
+
+
 @cache
 def fold_char(char: str) -> str:
     """One character folded for locating matches in raw text: unfolded, unmarked and lower-cased (maybe empty)."""
@@ -68,9 +83,43 @@ def fold_char(char: str) -> str:
 
 @dataclass(frozen=True)
 class Word:
-    """One word of a query as the tokens the index holds; several tokens are matched as a phrase, in order."""
+    """One word of a query as its tokens (a run of CJK characters is one token a character)."""
 
     tokens: tuple[str, ...]
+
+    @property
+    def terms(self) -> tuple[str, ...]:
+        """The index terms that must all stand in one text for the word to be there: its tokens, a run of two or
+        more CJK characters as its character pairs (``index_text``)."""
+        out: list[str] = []
+        run = ""
+        for token in (*self.tokens, ""):
+            if token and is_cjk(token):
+                run += token
+                continue
+            if run:
+                out += [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+                run = ""
+            if token:
+                out.append(token)
+        return tuple(dict.fromkeys(out))
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the index's terms cannot tell the word is there: two or more tokens that must stand in order
+        (a quoted phrase, ``golden-age``); a run of CJK characters is told by its character pairs."""
+        return len(self.tokens) > 1 and not all(is_cjk(t) for t in self.tokens)
+
+    def in_folded(self, folded: str) -> bool:
+        """Whether ``folded`` (text passed through ``fold``) holds the word's tokens in order, as whole tokens."""
+        gaps = [
+            r"[\W_]*" if is_cjk(a) or is_cjk(b) else r"[\W_]+"
+            for a, b in zip(self.tokens, self.tokens[1:], strict=False)
+        ]
+        body = re.escape(self.tokens[0]) + "".join(
+            g + re.escape(t) for g, t in zip(gaps, self.tokens[1:], strict=False)
+        )
+        return re.search(rf"(?<![^\W_]){body}(?![^\W_])", folded) is not None
 
 
 def query_words(query: str) -> list[Word]:

@@ -83,7 +83,7 @@ async def search_within_book(
             cut = snippet(page[name] or "", words)
             if cut is not None:
                 snippets.append({"field": name, "text": sealer.seal(cut["text"], url), "highlights": cut["highlights"]})
-        hits.append({"page": number, "citation_url": url, "score": round(score, 6), "snippets": snippets})
+        hits.append({"page": number, "citation_url": url, "score": score, "snippets": snippets})
     reason = "budget" if granted < len(found) else None
     return {
         "book": book_ref(services, book),
