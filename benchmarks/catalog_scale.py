@@ -109,6 +109,7 @@ def _percentiles(times: list[float]) -> tuple[float, float]:
 async def _latencies(base: str, key: str, books: list[dict[str, Any]], pages_per_book: int) -> dict[str, Any]:
     rng = random.Random(7)
     calls = {
+        "reference: rate_limit": lambda b: ("/api/rate_limit", {}),  # no catalog read: the host's own noise
         "get_book": lambda b: (f"/api/books/{b['id']}", {}),
         "get_quote": lambda b: (f"/api/books/{b['id']}/quote", {"page": str(rng.randint(1, pages_per_book))}),
         "get_book_text (50 pages)": lambda b: (
@@ -215,6 +216,7 @@ def main() -> None:
 
     backend = getattr(load_settings({}), "catalog_backend", "sqlite")
     runs = [asyncio.run(measure(d, args.samples)) for d in args.data_dirs]
+    print(f"load average after the runs: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     names = list(runs[0])
     head = f"{'figure (' + backend + ')':34}" + "".join(f"{r['pages']:>14,}" for r in runs)
     if len(runs) > 1:

@@ -171,8 +171,9 @@ class Catalog:
 
     def search_pages(
         self, book_id: str, words: list[Word], fields: list[str], *, limit: int, offset: int
-    ) -> tuple[list[tuple[int, float]], int]:
-        """``([(page number, score)], total)``: the book's pages whose ``fields`` hold every word, best first."""
+    ) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
+        """``([(page number, score, texts holding a word)], total)``: the book's pages whose ``fields`` hold every
+        word, best first (``page_text.search``)."""
         return page_text.search(self._conn, book_id, words, fields, limit=limit, offset=offset)
 
     def page(self, book_id: str, number: int) -> dict[str, Any] | None:

@@ -105,8 +105,8 @@ def search(
     *,
     limit: int,
     offset: int,
-) -> tuple[list[tuple[int, float]], int]:
-    """``([(page number, score)], total)``: the book's pages on which every word stands in one of the ``fields``
+) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
+    """``([(page number, score, texts)], total)``: the book's pages on which every word stands in one of the ``fields``
     texts (a word's terms all in that one text), best first, and how many pages match in all.
 
     A quoted phrase (or ``golden-age``) must stand in order: its texts are read to check. The score is the number of
@@ -144,4 +144,10 @@ def search(
         score[row >> FIELD_BITS] += 1
     mask = (1 << PAGE_BITS) - 1
     ranked = sorted(((page & mask, round(points, 1)) for page, points in score.items()), key=_best_first)
-    return ranked[offset : offset + limit], len(ranked)
+    shown = ranked[offset : offset + limit]
+    held = {row for rows in per_word for row in rows}
+    out = []
+    for page, points in shown:
+        base = ((n << PAGE_BITS) | page) << FIELD_BITS
+        out.append((page, points, tuple(f for i, f in enumerate(FIELDS) if base | i in held)))
+    return out, len(ranked)

@@ -73,13 +73,13 @@ async def search_within_book(
     granted = await reserve_text(call, len(found))
     sealer = Sealer.for_call(book, call.caller.key_ref, services.colophon_secret)
     hits = []
-    for number, score in found[:granted]:
+    for number, score, texts in found[:granted]:
         page = services.catalog.page(book["id"], number)
         if page is None:  # withdrawn between the two reads
             continue
         url = services.page_url(book["slug"], number)
         snippets = []
-        for name in fields:
+        for name in texts:  # the texts the index says hold a word: no other is scanned
             cut = snippet(page[name] or "", words)
             if cut is not None:
                 snippets.append({"field": name, "text": sealer.seal(cut["text"], url), "highlights": cut["highlights"]})

@@ -71,7 +71,7 @@ def catalog() -> Catalog:
 def pages_for(catalog: Catalog, query: str, fields: list[str] = ALL, book: str = "aaaa") -> list[int]:
     found, total = catalog.search_pages(book, query_words(query), fields, limit=50, offset=0)
     assert total == len(found)
-    return [number for number, _ in found]
+    return [number for number, _, _ in found]
 
 
 @pytest.mark.parametrize(
@@ -113,10 +113,11 @@ def test_ranking_puts_pages_whose_texts_all_hold_the_words_first() -> None:
                                  3: ("salt", "sulphur", None),
                                  4: ("nothing", None, None)})  # fmt: skip
     found, total = catalog.search_pages("cccc", query_words("sulphur"), ALL, limit=10, offset=0)
-    assert ([n for n, _ in found], total) == ([2, 1, 3], 3)  # three texts, then one each, in page order
+    assert ([n for n, _, _ in found], total) == ([2, 1, 3], 3)  # three texts, then one each, in page order
+    assert [texts for _, _, texts in found] == [("ocr", "translation", "original"), ("ocr",), ("translation",)]
     assert found[0][1] > found[1][1] == found[2][1] > 0
     both, _ = catalog.search_pages("cccc", query_words("sulphur salt"), ALL, limit=10, offset=0)
-    assert [n for n, _ in both] == [2, 3]  # page 2 has both in one text; page 3 only across two
+    assert [n for n, _, _ in both] == [2, 3]  # page 2 has both in one text; page 3 only across two
     second, total = catalog.search_pages("cccc", query_words("sulphur"), ALL, limit=1, offset=1)
     assert (second, total) == ([found[1]], 3)
 
