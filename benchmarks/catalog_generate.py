@@ -27,6 +27,7 @@ from typing import Any
 
 from imagesvc.catalog import Catalog, illustration_id, page_id, page_text
 from imagesvc.catalog import writes as w
+from imagesvc.catalog.schema import PAGE_LISTING
 
 LANGUAGES = {  # language: (share of books, vocabulary, script written without spaces)
     "Latin": (
@@ -209,7 +210,7 @@ def reindex(data_dir: Path) -> int:
         with catalog.transaction() as conn:
             conn.execute("DROP TABLE IF EXISTS pages_fts")
             conn.execute("DROP TABLE IF EXISTS page_text_books")
-            for statement in _strip(page_text.MIGRATION).split(";"):
+            for statement in _strip(page_text.MIGRATION + PAGE_LISTING).split(";"):
                 if statement.strip():
                     conn.execute(statement)
             return page_text.build(conn)

@@ -85,7 +85,15 @@ def _rss_mb(root: int) -> float:
 
 
 def _size_gb(data_dir: Path) -> float:
-    return sum(p.stat().st_size for p in data_dir.glob("catalog.sqlite3*")) / 1e9
+    """The catalog's pages in use (free pages left by a rebuilt index are not counted), in GB."""
+    catalog = Catalog(data_dir / "catalog.sqlite3")
+    try:
+        pages = catalog.query_one("PRAGMA page_count")["page_count"]  # type: ignore[index]
+        free = catalog.query_one("PRAGMA freelist_count")["freelist_count"]  # type: ignore[index]
+        size = catalog.query_one("PRAGMA page_size")["page_size"]  # type: ignore[index]
+    finally:
+        catalog.close()
+    return (pages - free) * size / 1e9
 
 
 def _sample(data_dir: Path, n: int, seed: int) -> tuple[list[dict[str, Any]], int, str]:

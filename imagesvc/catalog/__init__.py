@@ -165,7 +165,8 @@ class Catalog:
         return self.query_all(
             "SELECT id, book_id, number, image_unavailable, unavailable_reason, width, height,"
             " ocr IS NOT NULL AS has_ocr, translation IS NOT NULL AS has_translation,"
-            " original IS NOT NULL AS has_original FROM pages WHERE book_id = ? ORDER BY number",
+            " original IS NOT NULL AS has_original"
+            " FROM pages INDEXED BY pages_listing WHERE book_id = ? ORDER BY number",  # the table only for NULL tests
             (book_id,),
         )
 
