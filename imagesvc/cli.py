@@ -68,13 +68,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser(
         "ingest",
-        help="ingest the books and collections of a manifest",
-        description="Ingest the books and collections of a manifest (idempotent and resumable).",
+        help="ingest the books and collections of one or more manifests",
+        description="Ingest the books and collections of manifests (idempotent and resumable). A library may be "
+        "given as many manifests, or folders of them: all are checked first, then ingested one at a time, so memory "
+        "is bounded by the largest manifest.",
         epilog="exit status: 0 every page went in; 3 finished, but some pages were refused (each is listed on stderr "
         "with its file and reason, and is image_unavailable); 1 the manifest or the store failed, nothing changed "
         "for the books not reached; 2 bad settings.",
     )
-    p.add_argument("manifest", help="path to a manifest JSON file (format: README.md)")
+    p.add_argument(
+        "manifest", nargs="+", help="manifest JSON files or folders of them (*.json, recursively; format: README.md)"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_ingest)

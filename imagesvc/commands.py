@@ -22,14 +22,15 @@ EXIT_REFUSED = 3
 __all__ = ["EXIT_REFUSED", "cmd_demo", "cmd_doctor", "cmd_index", "cmd_ingest", "cmd_keys", "cmd_marks", "cmd_snapshot"]
 
 
-async def _ingest(settings: Settings, manifest_path: Path, progress: bool) -> dict[str, Any]:
+async def _ingest(settings: Settings, manifest_paths: list[Path], progress: bool) -> dict[str, Any]:
     from imagesvc.catalog.backends import open_catalog
-    from imagesvc.ingest.manifest import load_manifest
-    from imagesvc.ingest.pipeline import ingest
+    from imagesvc.ingest.library import check_library, manifests
+    from imagesvc.ingest.pipeline import IngestSummary, ingest
     from imagesvc.ingest.workers import make_pool
     from imagesvc.storage import CreatesBucket, LocalFiles, make_store
 
-    manifest = load_manifest(manifest_path)
+    check_library(manifest_paths)  # every problem of every manifest before any book is touched
+    summary = IngestSummary()
     store = make_store(settings)
     catalog = open_catalog(settings)
     pool = make_pool(settings.workers)
@@ -38,7 +39,10 @@ async def _ingest(settings: Settings, manifest_path: Path, progress: bool) -> di
             await store.ensure_bucket()
         if isinstance(store, LocalFiles):  # a local store may hold temp files from an ingest that was killed mid-write
             await store.sweep_temp()
-        summary = await ingest(manifest, settings=settings, catalog=catalog, store=store, pool=pool, progress=progress)
+        for manifest in manifests(manifest_paths):  # one manifest in memory at a time
+            done = await ingest(manifest, settings=settings, catalog=catalog, store=store, pool=pool, progress=progress)
+            summary.add(done)
+            del manifest, done
         await _publish(settings, store)
     finally:
         pool.shutdown()
@@ -83,7 +87,9 @@ def cmd_snapshot(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
-    result = asyncio.run(_ingest(settings, Path(args.manifest), progress=not args.quiet))
+    from imagesvc.ingest.library import manifest_paths
+
+    result = asyncio.run(_ingest(settings, manifest_paths(args.manifest), progress=not args.quiet))
     _print_ingest(result, args.json)
     return EXIT_REFUSED if result["refused"] else 0
 
@@ -108,7 +114,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     out = settings.data_dir / "demo-source"
     print(f"demo: generating the demo library in {out}", file=sys.stderr)
     manifest = generate(out)
-    result = asyncio.run(_ingest(settings, manifest, progress=not args.quiet))
+    result = asyncio.run(_ingest(settings, [manifest], progress=not args.quiet))
     _print_ingest(result, args.json)
     if settings.text_model != "off":  # so that the first text search of `make run` finds the text index ready
         from imagesvc.catalog.backends import open_catalog

@@ -18,7 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from imagesvc.catalog import page_text
 from imagesvc.catalog.schema import SCHEMA_VERSION, migrate
+from imagesvc.catalog.text_fold import Word
 
 __all__ = ["Catalog", "book_id_for", "fold", "illustration_id", "illustration_key", "page_id"]
 
@@ -179,6 +181,24 @@ class Catalog:
             "SELECT * FROM pages WHERE book_id = ? AND number >= ? AND number <= ? ORDER BY number",
             (book_id, first if first is not None else -(2**62), last if last is not None else 2**62),
         )
+
+    def page_list(self, book_id: str) -> list[dict[str, Any]]:
+        """A book's pages in order without their text: ``has_ocr``, ``has_translation`` and ``has_original`` say
+        which texts a page holds (listing pages must not read ~5 KB of text a page)."""
+        return self.query_all(
+            "SELECT id, book_id, number, image_unavailable, unavailable_reason, width, height,"
+            " ocr IS NOT NULL AS has_ocr, translation IS NOT NULL AS has_translation,"
+            " original IS NOT NULL AS has_original"
+            " FROM pages INDEXED BY pages_listing WHERE book_id = ? ORDER BY number",  # the table only for NULL tests
+            (book_id,),
+        )
+
+    def search_pages(
+        self, book_id: str, words: list[Word], fields: list[str], *, limit: int, offset: int
+    ) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
+        """``([(page number, score, texts holding a word)], total)``: the book's pages whose ``fields`` hold every
+        word, best first (``page_text.search``)."""
+        return page_text.search(self._conn, book_id, words, fields, limit=limit, offset=offset)
 
     def page(self, book_id: str, number: int) -> dict[str, Any] | None:
         return self.query_one("SELECT * FROM pages WHERE book_id = ? AND number = ?", (book_id, number))

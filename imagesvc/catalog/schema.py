@@ -7,6 +7,7 @@ SQLite records the version in ``PRAGMA user_version``; PostgreSQL in ``schema_ve
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from importlib import resources
 
 __all__ = ["MIGRATIONS", "POSTGRES_MIGRATIONS", "SCHEMA_VERSION", "migrate", "migrations"]
@@ -32,6 +33,17 @@ if len(POSTGRES_MIGRATIONS) != SCHEMA_VERSION:
     )
 
 
+def _index_page_text(conn: sqlite3.Connection) -> object:
+    from imagesvc.catalog import page_text
+
+    return page_text.build(conn)
+
+
+# Work a SQLite migration needs beyond SQL, run in the same transaction, by the version it brings the catalog to: an
+# existing catalog's pages are indexed when it gains the page index (the text is folded in Python).
+FOLLOW_UPS: dict[int, Callable[[sqlite3.Connection], object]] = {7: _index_page_text}
+
+
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply every migration newer than the file's ``user_version``; returns the version reached.
 
@@ -44,6 +56,8 @@ def migrate(conn: sqlite3.Connection) -> int:
             if _version(conn) <= version:  # else another process applied it while this one waited for the lock
                 for statement in statements(MIGRATIONS[version]):
                     conn.execute(statement)
+                if (follow_up := FOLLOW_UPS.get(version + 1)) is not None:
+                    follow_up(conn)
                 conn.execute(f"PRAGMA user_version = {version + 1}")
         except BaseException:
             conn.execute("ROLLBACK")

@@ -10,6 +10,8 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
+from imagesvc.catalog import page_text
+
 __all__ = [
     "delete_pages_not_in",
     "remove_illustration",
@@ -89,6 +91,7 @@ def upsert_page(
     for iid in old_illus:
         conn.execute("DELETE FROM renditions WHERE owner = ?", (iid,))
     conn.execute("DELETE FROM illustrations WHERE page_id = ?", (pid,))
+    page_text.unindex_page(conn, page["book_id"], page["number"])
     conn.execute(
         """
         INSERT INTO pages (id, book_id, number, ocr, translation, original, image_unavailable, unavailable_reason,
@@ -104,6 +107,7 @@ def upsert_page(
         """,
         {"master_bytes": None, **page},
     )
+    page_text.index_page(conn, page["book_id"], page["number"], page)
     for owner, tiers in renditions.items():
         for tier, r in tiers.items():
             conn.execute(
@@ -154,6 +158,7 @@ def delete_pages_not_in(conn: sqlite3.Connection, book_id: str, numbers: list[in
         for (iid,) in conn.execute("SELECT id FROM illustrations WHERE page_id = ?", (pid,)).fetchall():
             conn.execute("DELETE FROM renditions WHERE owner = ?", (iid,))
         conn.execute("DELETE FROM renditions WHERE owner = ?", (pid,))
+        page_text.unindex_page(conn, book_id, number)
         conn.execute("DELETE FROM pages WHERE id = ?", (pid,))
 
 

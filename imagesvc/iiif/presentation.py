@@ -89,7 +89,7 @@ def manifest_document(services: Services, book_id: str, base: str) -> dict[str, 
     Raises ``NotFound`` for an unknown or withdrawn book.
     """
     book = require_book(services, book_id)
-    pages = services.catalog.pages(book["id"])
+    pages = services.catalog.page_list(book["id"])  # numbers and image state only: no page text read
     tiers = services.catalog.renditions(p["id"] for p in pages)
     fulls = {p["id"]: None if p["image_unavailable"] else tiers[p["id"]].get("full") for p in pages}
     held = [f for f in fulls.values() if f is not None]

@@ -34,6 +34,13 @@ class IngestSummary:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def add(self, other: IngestSummary) -> None:
+        """Count ``other`` (the run of the next manifest of a library) into this one."""
+        for name in ("books", "books_skipped", "pages", "pages_rendered", "illustrations", "objects_written"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.refused += other.refused
+        self.seconds = round(self.seconds + other.seconds, 3)
+
     def line(self) -> str:
         return (
             f"{self.books} books ({self.books_skipped} unchanged), {self.pages} pages "

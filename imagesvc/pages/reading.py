@@ -1,5 +1,6 @@
-"""Book pages: ``/book/{slug}`` (metadata, attribution, chapters, page thumbnails) and ``/book/{slug}?page=N``, the
-page that citation URLs open (the page image in a deep-zoom viewer, its text side by side, citations, illustrations).
+"""Book pages: ``/book/{slug}`` (metadata, attribution, chapters, page thumbnails), ``/book/{slug}?page=N``, the
+page that citation URLs open (the page image in a deep-zoom viewer, its text side by side, citations, illustrations),
+and ``/book/{slug}?q=words``, the "search in this book" results (the ``search_within_book`` tool, metered as it is).
 
 The reading page costs what ``GET /api/books/{slug}/quote?page=N`` costs, since the text it shows is that tool's output:
 one request and one unit of the text pool. Book metadata and the illustration outlines deliver no budgeted content.
@@ -24,12 +25,45 @@ __all__ = ["book"]
 MAX_IMAGES = 200  # get_book_images' largest page
 
 
-@accepts({"properties": {"page": {"type": "integer", "minimum": 1, "description": "The reading page of page N."}}})
+@accepts(
+    {
+        "properties": {
+            "page": {"type": "integer", "minimum": 1, "description": "The reading page of page N."},
+            "q": {"type": "string", "description": "Search in this book (search_within_book)."},
+        }
+    }
+)
 async def book(request: web.Request, arguments: dict[str, Any]) -> web.Response:
-    """``GET /book/{slug}``: the book page; with ``?page=N``, that page's reading page (the citation URL)."""
+    """``GET /book/{slug}``: the book page; with ``?page=N``, that page's reading page (the citation URL); with
+    ``?q=words``, the pages of the book that hold them."""
+    if arguments.get("q") is not None:
+        return await _search(request, arguments["q"])
     if arguments.get("page") is None:
         return await _overview(request)
     return await _reading(request, arguments["page"])
+
+
+def segments(text: str, highlights: list[list[int]]) -> list[tuple[str, bool]]:
+    """A snippet as ``(text, marked)`` runs for the template, which escapes each (no markup built here)."""
+    out, at = [], 0
+    for start, end in highlights:
+        out += [(text[at:start], False), (text[start:end], True)]
+        at = end
+    return [run for run in [*out, (text[at:], False)] if run[0]]
+
+
+async def _search(request: web.Request, q: str) -> web.Response:
+    services = request.app[SERVICES]
+    args = {"book_id": request.match_info["slug"], "q": q}
+    result = await tools.call(services, "search_within_book", args, tool_call(request))
+    book = await _book(request)
+    hits = [
+        {**hit, "snippets": [{**s, "segments": segments(s["text"], s["highlights"])} for s in hit["snippets"]]}
+        for hit in result["hits"]
+    ]
+    context = {"title": f"{book['title']}: {q}", "book": book, "q": q, "result": result, "hits": hits}
+    context["fields"] = {"ocr": "Transcription", "translation": "Translation", "original": "Original"}
+    return render(request, "book_search.html", context, headers={"Cache-Control": "private, no-store"})
 
 
 async def _book(request: web.Request) -> dict[str, Any]:

@@ -72,7 +72,7 @@ def load_blocks(data_dir: Path) -> BlockIndex | None:
 
 def _save(data_dir: Path, index: BlockIndex) -> None:
     folder = Path(data_dir) / FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(exist_ok=True)  # never the data dir itself: a snapshot folder removed under a writer stays removed
     tmp = folder / f".{FILE}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         np.savez(

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -84,7 +85,12 @@ class ImageMatcher:
 
     async def _sync(self, stamp: Any) -> None:
         data_dir = getattr(self.services.search, "_data_dir", self.services.settings.data_dir)
-        index, _ = await sync_blocks(data_dir, self.services.catalog, self.services.store)
+        try:
+            index, _ = await sync_blocks(data_dir, self.services.catalog, self.services.store)
+        except FileNotFoundError:
+            if Path(data_dir).is_dir():
+                raise
+            return  # the snapshot folder it was for was replaced and removed meanwhile: stale work, dropped
         self._index, self._stamp = index, stamp
 
     async def same_block(self, image: Image.Image, live: set[str] | None = None) -> list[BlockMatch]:

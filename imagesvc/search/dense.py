@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ __all__ = [
     "TEXT_FOLDER",
     "OtherModel",
     "Passages",
+    "StaleWork",
     "TextIndexSummary",
     "TextModel",
     "illustration_text",
@@ -181,6 +182,13 @@ class OtherModel(Unavailable):
     of two models, and re-embedding it all is a job for ``imagesvc index``, not for a serving worker."""
 
 
+class StaleWork(Exception):
+    """The search state this work was for has been replaced (its snapshot closed): the work stopped unfinished."""
+
+
+STALE_CHECK_PASSAGES = 128  # passages embedded between two checks that the work is still wanted (~1-5 s)
+
+
 def sync_text_index(
     data_dir: Path,
     rows: list[dict[str, Any]],
@@ -189,11 +197,14 @@ def sync_text_index(
     full: bool = False,
     schema_version: int = 0,
     replace_other: bool = True,
+    still_wanted: Callable[[], bool] = lambda: True,
 ) -> tuple[VectorIndex, TextIndexSummary]:
     """Bring the text index in ``data_dir`` up to date with ``rows`` (live illustrations with their text fields);
     embeds only new or changed illustrations. The index has one row per passage, its ``ids`` naming the illustration
     (so an id repeats). An index of another model is embedded again from scratch, or with ``replace_other=False``
-    left alone (``OtherModel``). Returns the index and what was done. Blocking: call it in a thread."""
+    left alone (``OtherModel``). Returns the index and what was done. Blocking: call it in a thread.
+
+    ``still_wanted()`` is asked between batches and before saving; False stops the work with ``StaleWork``."""
     started = time.perf_counter()
     key = model.key
     old = None if full else load_index(data_dir, TEXT_FOLDER)
@@ -215,7 +226,12 @@ def sync_text_index(
     todo = [(iid, p) for iid, p in wanted if previous.get(iid, ("", []))[0] != hashes[iid]]
     flat = [text for _, p in todo for text in p]
     dims = model.info.dims if model.info else 0
-    vectors = model.encode(flat) if flat else np.zeros((0, dims), np.float32)
+    chunks = []
+    for start in range(0, len(flat), STALE_CHECK_PASSAGES):
+        if not still_wanted():
+            raise StaleWork(f"text index of {data_dir}: its search state was replaced")
+        chunks.append(model.encode(flat[start : start + STALE_CHECK_PASSAGES]))
+    vectors = np.concatenate(chunks) if chunks else np.zeros((0, dims), np.float32)
     fresh: dict[str, np.ndarray] = {}
     at = 0
     for iid, p in todo:
@@ -228,6 +244,8 @@ def sync_text_index(
         out_ids += [iid] * len(block)
     matrix = np.concatenate(blocks).astype(np.float32) if blocks else np.zeros((0, dims), np.float32)
     index = VectorIndex(out_ids, [hashes[i] for i in out_ids], matrix, key)
+    if not still_wanted():
+        raise StaleWork(f"text index of {data_dir}: its search state was replaced")
     try:
         version = save_index(data_dir, index, schema_version, TEXT_FOLDER)
     except OSError as exc:  # a read-only data dir (a snapshot follower): keep the index in memory only

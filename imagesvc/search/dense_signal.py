@@ -16,7 +16,7 @@ import numpy as np
 
 from imagesvc.catalog.reader import reader
 from imagesvc.errors import ImagesvcError
-from imagesvc.search.dense import TEXT_FOLDER, OtherModel, Passages, TextModel, sync_text_index, text_rows
+from imagesvc.search.dense import TEXT_FOLDER, OtherModel, Passages, StaleWork, TextModel, sync_text_index, text_rows
 from imagesvc.search.vectors import VectorIndex
 
 __all__ = ["DenseText", "QueryCache"]
@@ -64,6 +64,7 @@ class DenseText:
             return json.loads((self.data_dir / TEXT_FOLDER / "current.json").read_text()).get("model")
         except (OSError, ValueError):
             return None
+        self.closed = False  # set when the search state this belongs to is replaced: work in flight stops
 
     @property
     def on(self) -> bool:
@@ -115,8 +116,20 @@ class DenseText:
             return False
         return self._state is not None
 
+    def close(self) -> None:
+        """Stop: a sync in flight ends at its next batch without saving, and nothing starts again."""
+        self.closed = True
+        self.error = self.error or "closed: its catalog snapshot was replaced"
+        if self._job is not None:
+            self._job.cancel()
+
     async def _sync(self, stamp: Any) -> None:
-        self._state, self._stamp = await asyncio.to_thread(self._load), stamp
+        try:
+            state = await asyncio.to_thread(self._load)
+        except StaleWork:
+            return
+        if not self.closed:
+            self._state, self._stamp = state, stamp
 
     def _load(self) -> tuple[VectorIndex, Passages]:
         assert self.model is not None
@@ -124,7 +137,9 @@ class DenseText:
             rows = text_rows(source)
         self.model.load()
         # never re-embed another model's index here (that is `imagesvc index`'s work), never rank with it either
-        index, _ = sync_text_index(self.data_dir, rows, self.model, replace_other=False)
+        index, _ = sync_text_index(
+            self.data_dir, rows, self.model, replace_other=False, still_wanted=lambda: not self.closed
+        )
         return index, Passages.of(index)
 
     def scores(self, text: str) -> tuple[list[str], np.ndarray] | None:

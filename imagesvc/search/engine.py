@@ -84,6 +84,13 @@ class SearchEngine:
         self.cache = QueryCache(settings.query_cache_size)  # query vectors, shared by worker threads
         self.dense = DenseText(settings, catalog, self._data_dir, self.text_model, self.cache)
 
+    def close(self) -> None:
+        """Retire this engine (its catalog snapshot was replaced): builds and text embedding in flight stop, and
+        nothing they would have written lands in its data dir."""
+        if self._job is not None:
+            self._job.cancel()
+        self.dense.close()
+
     # -- the snapshot ----------------------------------------------------------------------------------------------
 
     @property

@@ -56,7 +56,7 @@ def save_index(data_dir: Path, index: VectorIndex, schema_version: int, name: st
     """Write ``index`` as the next version in folder ``name`` (``textvectors``: the dense text index) and make it
     current; returns the version number."""
     folder = _folder(data_dir, name)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(exist_ok=True)  # never the data dir itself: a snapshot folder removed under a writer stays removed
     current = _read_current(folder)
     version = (current or {}).get("version", 0) + 1
     name = f"index-{version}.npz"

@@ -53,7 +53,17 @@ def tool(
 
 def load_all() -> dict[str, Tool]:
     """Import every tool module so the registry is complete."""
-    from imagesvc.tools import archive, book_text, books, dataset, gallery, image_search, quotes, vectors  # noqa: F401
+    from imagesvc.tools import (  # noqa: F401
+        archive,
+        book_text,
+        books,
+        dataset,
+        gallery,
+        image_search,
+        quotes,
+        vectors,
+        within_book,
+    )
 
     return REGISTRY
 

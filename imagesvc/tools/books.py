@@ -74,9 +74,9 @@ def page_entry(services: Services, book: dict[str, Any], page: dict[str, Any], t
     entry: dict[str, Any] = {
         "page": page["number"],
         "citation_url": services.page_url(book["slug"], page["number"]),
-        "has_ocr": page["ocr"] is not None,
-        "has_translation": page["translation"] is not None,
-        "has_original": page["original"] is not None,
+        "has_ocr": bool(page["has_ocr"]),
+        "has_translation": bool(page["has_translation"]),
+        "has_original": bool(page["has_original"]),
     }
     if page["image_unavailable"] or not tiers:
         entry["image_unavailable"] = True
@@ -158,7 +158,7 @@ async def get_book(services: Services, call: Call, book_id: str, include_images:
     Pages with no held image carry ``image_unavailable: true`` and no image URL at all.
     """
     book = require_book(services, book_id)
-    pages = services.catalog.pages(book["id"])
+    pages = services.catalog.page_list(book["id"])  # no page text: listing 300 pages must not read 1.6 MB
     tiers = services.catalog.renditions(p["id"] for p in pages)
     return {
         **book_summary(services, book),

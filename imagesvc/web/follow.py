@@ -35,6 +35,7 @@ _CHECK_ERRORS = (ImagesvcError, OSError, sqlite3.Error, ValueError, KeyError, Ru
 
 
 def _discard(generation: Generation) -> None:
+    generation.engine.close()  # its search work stops; it must not write into the folder removed below
     generation.catalog.close()
     if generation.folder is not None:
         shutil.rmtree(generation.folder, ignore_errors=True)

@@ -52,6 +52,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/books/{book_id}/quote", text.quote),
     Route("GET", "/books/{book_id}/text", text.book_text),
     Route("GET", "/books/{book_id}/archive", archive.archive),
+    Route("GET", "/books/{book_id}/search", text.search),
     Route("GET", "/verify", text.verify),
     Route("GET", "/image", images.image),
     Route("GET", "/gallery", gallery.gallery),

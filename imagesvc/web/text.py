@@ -1,4 +1,5 @@
-"""REST doors of the quote and text tools: ``/books/{id}/quote``, ``/verify`` and ``/books/{id}/text``.
+"""REST doors of the quote and text tools: ``/books/{id}/quote``, ``/verify``, ``/books/{id}/text`` and
+``/books/{id}/search``.
 
 A response that serves fewer pages than were asked for carries ``X-Pages-Truncated`` (see docs/quotes.md).
 """
@@ -11,7 +12,7 @@ from aiohttp import web
 
 from imagesvc.web.rest import tool_route
 
-__all__ = ["TRUNCATED_HEADER", "book_text", "quote", "verify"]
+__all__ = ["TRUNCATED_HEADER", "book_text", "quote", "search", "verify"]
 
 TRUNCATED_HEADER = "X-Pages-Truncated"
 
@@ -41,3 +42,4 @@ def _text(result: dict[str, Any]) -> web.Response:
 quote = tool_route("get_quote", _quote)
 verify = tool_route("get_quote", _quote, "The get_quote tool with the book as a query parameter (for URL allow-lists).")
 book_text = tool_route("get_book_text", _text)
+search = tool_route("search_within_book", _quote)  # GET /books/{id}/search: snippets are page text, cut like quotes

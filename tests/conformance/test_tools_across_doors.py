@@ -255,3 +255,25 @@ async def test_unknown_book_is_not_found_on_every_door_and_the_cli_prints_it_as_
     ]
     assert same_error(answers)[0] == "not_found"
     assert answers[0].status == 404
+
+
+async def test_search_within_book_on_every_door(doors: Doors) -> None:
+    """GET /books/:id/search and the search_within_book tool are one operation; so is its not_found."""
+    found = same(
+        [
+            await doors.rest(f"/api/books/{BOOK}/search", {"q": "furnace", "limit": "5"}),
+            *await doors.every_mcp_door("search_within_book", {"book_id": BOOK, "q": "furnace", "limit": 5}),
+        ]
+    )
+    assert [hit["page"] for hit in found["hits"]] == [2]
+    assert found["hits"][0]["citation_url"].endswith(f"/book/{BOOK}?page=2")
+    missing = [
+        await doors.rest("/api/books/no-such-book/search", {"q": "furnace"}),
+        *await doors.every_mcp_door("search_within_book", {"book_id": "no-such-book", "q": "furnace"}),
+    ]
+    assert same_error(missing)[0] == "not_found"
+    empty = [
+        await doors.rest(f"/api/books/{BOOK}/search", {"q": '"*"'}),
+        *await doors.every_mcp_door("search_within_book", {"book_id": BOOK, "q": '"*"'}, cli=False),
+    ]
+    assert same_error(empty)[0] == "invalid_request"

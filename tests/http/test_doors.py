@@ -67,6 +67,7 @@ DOORS: dict[tuple[str, str], tuple[str, str]] = {
     ("GET", "/books/{book_id}"): (METADATA, "/books/{book}"),
     ("GET", "/books/{book_id}/quote"): (TEXT, "/books/{book}/quote?page={page}"),
     ("GET", "/books/{book_id}/text"): (TEXT, "/books/{book}/text?from=1&to=2"),
+    ("GET", "/books/{book_id}/search"): (TEXT, "/books/{book}/search?q=furnace"),
     ("GET", "/verify"): (TEXT, "/verify?book_id={book}&page={page}"),
     ("GET", "/image"): (IMAGE, "/image?book={book}&page={page}&tier=thumb"),
     ("GET", "/gallery"): (METADATA, "/gallery"),
@@ -92,7 +93,7 @@ DOORS: dict[tuple[str, str], tuple[str, str]] = {
     ("GET", "/illustration/{id}"): (METADATA, "/illustration/{ill}"),
     ("GET", "/collections"): (METADATA, "/collections"),
     ("GET", "/collections/{slug}"): (METADATA, "/collections/{collection}"),
-    ("GET", "/book/{slug}"): (PAGE_TEXT, "/book/{book}?page={page}"),
+    ("GET", "/book/{slug}"): (PAGE_TEXT, "/book/{book}?page={page}"),  # and ?q=, the same tool as /search
     ("GET", "/static/{path:.+}"): (METADATA, "/static/pages.css"),
     ("GET", "/viewer/{path:.+}"): (METADATA, "/viewer/openseadragon.min.js"),
 }
@@ -105,6 +106,7 @@ TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "get_book_text": (TEXT, {"book_id": "{book}", "from": 1, "to": 2}),
     "get_quote": (TEXT, {"book_id": "{book}", "page": 2}),
     "get_quotes": (TEXT, {"book_id": "{book}", "pages": [1, 2]}),
+    "search_within_book": (TEXT, {"book_id": "{book}", "q": "furnace"}),
     "get_book_images": (METADATA, {"book_id": "{book}", "limit": 2}),
     "get_image": (METADATA, {"id": "{ill}"}),
     "search_images": (METADATA, {"type": "plant", "limit": 2}),

@@ -1,0 +1,143 @@
+"""The SQLite full-text index of page text (OCR, translation, original): its table, its upkeep, its one query.
+
+An FTS5 table without content of its own (the text lives in ``pages``), fed text folded by ``text_fold.index_text``
+so that Hebrew, Arabic, Latin with accents or long s, and Chinese written without spaces all meet their queries.
+Each text of a page is one row, with row id ``book number << 22 | page << 2 | field``; the book's number is kept in
+``page_text_books``. The texts of one book are one contiguous row-id range, and a search inside a book asks FTS5
+only one-term queries over that range: each reads just that stretch of the term's list, however common the term is
+in the rest of the library. (FTS5 walks on past a range's end for a phrase, a column filter or NEAR until the next
+match anywhere: 71 ms for a phrase the book lacks at 180,000 pages; and its bm25 counts each term's pages across the
+whole library on every query, 47 ms for a word of every translation. Neither is used.)
+
+This module is the SQLite dialect of page search; a PostgreSQL backend puts its own beside it with the same
+``search`` contract.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+from imagesvc.catalog.text_fold import Word, fold, index_text
+
+__all__ = ["FIELDS", "build", "index_page", "search", "unindex_page"]
+
+FIELDS = ("ocr", "translation", "original")
+FIELD_BITS = 2
+PAGE_BITS = 20  # page numbers are at most 1,000,000 (< 2**20): the manifest schema's limit
+BOOK_SHIFT = PAGE_BITS + FIELD_BITS
+
+
+def _book_number(conn: sqlite3.Connection, book_id: str, *, create: bool) -> int | None:
+    row = conn.execute("SELECT n FROM page_text_books WHERE book_id = ?", (book_id,)).fetchone()
+    if row is not None or not create:
+        return row[0] if row else None
+    return conn.execute("INSERT INTO page_text_books (book_id) VALUES (?) RETURNING n", (book_id,)).fetchone()[0]
+
+
+def _rows(n: int, number: int, page: dict[str, object]) -> list[tuple[int, str]]:
+    base = (n << BOOK_SHIFT) | (number << FIELD_BITS)
+    return [(base | i, index_text(str(page[f]))) for i, f in enumerate(FIELDS) if page.get(f) is not None]
+
+
+def index_page(conn: sqlite3.Connection, book_id: str, number: int, page: dict[str, object]) -> None:
+    """Index one page's texts (call ``unindex_page`` first when the page was indexed before)."""
+    n = _book_number(conn, book_id, create=True)
+    assert n is not None
+    conn.executemany("INSERT INTO pages_fts (rowid, text) VALUES (?, ?)", _rows(n, number, page))
+
+
+def unindex_page(conn: sqlite3.Connection, book_id: str, number: int) -> None:
+    """Take the page's texts as the ``pages`` row holds them now out of the index (a contentless FTS5 table forgets
+    a row only when told the values it indexed). No-op for a page not yet written."""
+    old = conn.execute(
+        "SELECT ocr, translation, original FROM pages WHERE book_id = ? AND number = ?", (book_id, number)
+    ).fetchone()
+    n = _book_number(conn, book_id, create=False)
+    if old is None or n is None:
+        return
+    rows = _rows(n, number, dict(zip(FIELDS, old, strict=True)))
+    conn.executemany("INSERT INTO pages_fts (pages_fts, rowid, text) VALUES ('delete', ?, ?)", rows)
+
+
+def build(conn: sqlite3.Connection) -> int:
+    """Index every page of a catalog that has none indexed (the migration's second half); returns pages indexed."""
+    count = 0
+    rows = conn.execute("SELECT book_id, number, ocr, translation, original FROM pages ORDER BY book_id, number")
+    for book_id, number, *text in _batched(rows):
+        index_page(conn, book_id, number, dict(zip(FIELDS, text, strict=True)))
+        count += 1
+    return count
+
+
+def _best_first(item: tuple[int, float]) -> tuple[float, int]:
+    return -item[1], item[0]
+
+
+def _batched(cursor: sqlite3.Cursor) -> Iterable[tuple[object, ...]]:
+    while batch := cursor.fetchmany(500):
+        yield from batch
+
+
+def _text(conn: sqlite3.Connection, book_id: str, row: int) -> str:
+    """The text an index row stands for, from ``pages``."""
+    field = FIELDS[row & ((1 << FIELD_BITS) - 1)]
+    number = (row >> FIELD_BITS) & ((1 << PAGE_BITS) - 1)
+    found = conn.execute(f"SELECT {field} FROM pages WHERE book_id = ? AND number = ?", (book_id, number)).fetchone()
+    return (found[0] if found else None) or ""
+
+
+def search(
+    conn: sqlite3.Connection,
+    book_id: str,
+    words: Sequence[Word],
+    fields: Sequence[str],
+    *,
+    limit: int,
+    offset: int,
+) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
+    """``([(page number, score, texts)], total)``: the book's pages on which every word stands in one of the ``fields``
+    texts (a word's terms all in that one text), best first, and how many pages match in all.
+
+    A quoted phrase (or ``golden-age``) must stand in order: its texts are read to check. The score is the number of
+    the page's texts that hold every word, plus a tenth for each text holding one of them; ties go in page order."""
+    n = _book_number(conn, book_id, create=False)
+    if n is None or not words:
+        return [], 0
+    low, high = n << BOOK_SHIFT, ((n + 1) << BOOK_SHIFT) - 1
+    wanted = {i for i, f in enumerate(FIELDS) if f in fields}
+
+    def texts(term: str) -> set[int]:
+        """Row ids of this book's texts holding one term (terms are letters and digits only; quoted anyway)."""
+        match = '"' + term.replace('"', '""') + '"'
+        found = conn.execute(
+            "SELECT rowid FROM pages_fts WHERE pages_fts MATCH ? AND rowid BETWEEN ? AND ?", (match, low, high)
+        )
+        return {rowid for (rowid,) in found if rowid & ((1 << FIELD_BITS) - 1) in wanted}
+
+    holding: dict[str, set[int]] = {}
+    for word in words:
+        for term in word.terms:
+            if term not in holding:
+                holding[term] = texts(term)
+    per_word = [set.intersection(*(holding[t] for t in word.terms)) for word in words]  # texts holding the word
+    for word, rows in zip(words, per_word, strict=True):
+        if word.ordered:  # a phrase: its terms are in these texts; read each to see them in order
+            rows.intersection_update({row for row in rows if word.in_folded(fold(_text(conn, book_id, row)))})
+    matching = set.intersection(*({row >> FIELD_BITS for row in rows} for rows in per_word))
+    score = dict.fromkeys(matching, 0.0)
+    for rows in per_word:
+        for row in rows:
+            if (page := row >> FIELD_BITS) in score:
+                score[page] += 0.1
+    for row in set.intersection(*per_word):  # texts holding every word
+        score[row >> FIELD_BITS] += 1
+    mask = (1 << PAGE_BITS) - 1
+    ranked = sorted(((page & mask, round(points, 1)) for page, points in score.items()), key=_best_first)
+    shown = ranked[offset : offset + limit]
+    held = {row for rows in per_word for row in rows}
+    out = []
+    for page, points in shown:
+        base = ((n << PAGE_BITS) | page) << FIELD_BITS
+        out.append((page, points, tuple(f for i, f in enumerate(FIELDS) if base | i in held)))
+    return out, len(ranked)
