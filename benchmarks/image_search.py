@@ -3,6 +3,7 @@ index memory and indexing CPU per illustration, over a generated library of wood
 (``fixtures/woodcuts.py``), beside the former pHash-window brute force on a subset measured in the same run.
 
 Usage: .venv/bin/python benchmarks/image_search.py [--size 20000] [--queries 30] [--reference 600] [--workers 2]
+       [--neighbours 8] [--nprobe 8]
 
 Indexing is what ``imagesvc index`` does per illustration: the stored picture (a JPEG at 600-1,000 px) decoded
 reduced, ORB features extracted, on ``--workers`` processes; then the faiss index built. Rendering the synthetic
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import phash_reference as ref
 from fixtures.woodcuts import DEGRADATIONS, Illustration, degrade, library, render
+from imagesvc.search import feature_index
 from imagesvc.search.feature_index import FLAT_UNTIL, build_index, same_block
 from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, STORED_SIDE, Features, decode_reduced, extract
 
@@ -101,8 +103,15 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=30, help="query printings per degradation")
     parser.add_argument("--reference", type=int, default=600, help="illustrations in the brute-force subset")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--neighbours", type=int, default=feature_index.K, help="stored neighbours per query descriptor"
+    )
+    parser.add_argument("--nprobe", type=int, default=feature_index.NPROBE, help="inverted lists probed")
     args = parser.parse_args()
     import faiss
+
+    feature_index.K = args.neighbours
+    feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe,)  # built by build_index with the default
 
     size = args.size
     lib = library(size)
