@@ -127,12 +127,27 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
             catalog.close()
         if text is not None:
             print(f"demo: {text.line()}", file=sys.stderr)
+    print(f"demo: {asyncio.run(_index_blocks(settings)).line()}", file=sys.stderr)  # search by image works at once
     return EXIT_REFUSED if result["refused"] else 0
 
 
+async def _index_blocks(settings: Settings, *, full: bool = False) -> Any:
+    """Bring the local-feature index of search by image up to date (docs/search.md); returns its summary."""
+    from imagesvc.catalog.backends import open_catalog
+    from imagesvc.search.block_index import sync_blocks
+    from imagesvc.storage import make_store
+
+    store, catalog = make_store(settings), open_catalog(settings)
+    try:
+        return (await sync_blocks(settings.data_dir, catalog, store, full=full))[1]
+    finally:
+        catalog.close()
+        await store.close()
+
+
 def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
-    """Embed new and changed illustrations (text model; CLIP when weights are configured), hash their windows for
-    search by image, and publish the indexes (docs/search.md)."""
+    """Embed new and changed illustrations (text model; CLIP when weights are configured), extract their local
+    features for search by image (on every core, resumable), and publish the indexes (docs/search.md)."""
     from imagesvc.catalog.backends import open_catalog
     from imagesvc.search.block_index import sync_blocks
     from imagesvc.search.clip import Encoder, clip_spec

@@ -51,7 +51,23 @@ def build_library(root: Path) -> tuple[Path, Path, IngestSummary]:
     manifest = generate(root / "src")
     data = root / "data"
     summary = run_ingest(manifest, settings_for(data))
+    index_blocks(data)
     return manifest, data, summary
+
+
+def index_blocks(data: Path) -> None:
+    """The local-feature index of search by image, as ``imagesvc index`` makes it (serving nodes only load it)."""
+    from imagesvc.search.block_index import sync_blocks
+
+    async def go() -> None:
+        catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+        try:
+            await sync_blocks(data, catalog, store, workers=1)
+        finally:
+            catalog.close()
+            await store.close()
+
+    asyncio.run(go())
 
 
 def copy_library(source: Path, target: Path) -> Path:
@@ -61,6 +77,8 @@ def copy_library(source: Path, target: Path) -> Path:
     for name in os.listdir(source):
         if name.startswith("catalog.sqlite3"):
             shutil.copy2(source / name, target / name)
+    if (source / "featureindex").is_dir():  # search by image's index, made once by build_library
+        shutil.copytree(source / "featureindex", target / "featureindex")  # copied: tests rewrite its files
     if (source / "c2pa").is_dir():  # the local signing CA that signed the public tiers at ingest
         shutil.copytree(source / "c2pa", target / "c2pa")
     return target

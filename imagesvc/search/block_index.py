@@ -1,151 +1,275 @@
-"""The window-hash index behind search by image, kept like the vector indexes: incremental and swapped atomically.
+"""The local-feature index behind search by image: computed by ``imagesvc index`` on every core, resumable,
+published atomically under a name that says its content, and loaded (never rebuilt) by a serving node.
 
-``DATA_DIR/blockhashes/blocks.npz`` holds, per live illustration, the pHashes of its windows (``blocks.py``),
-computed from the stored clean thumbnail. Only illustrations that are new or whose content hash changed are hashed
-again; a reader sees the old file or the new one, never half of either.
+Layout under ``DATA_DIR/featureindex/``:
+
+- ``features/<digest>.npz``: ORB features of a batch of illustrations, keyed by content hash. Written as each batch
+  is done, so an interrupted run resumes where it stopped, and an illustration whose content did not change is never
+  read or extracted again.
+- ``index-<digest>.faiss`` and ``index-<digest>.npz``: the searchable index and its illustration ids, keypoint
+  positions and content hashes; ``<digest>`` is a hash of the ids, content hashes and parameters it was made from.
+- ``current.json``: which index is current (replaced atomically; a reader sees the old index or the new one).
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
+import hashlib
+import json
 import logging
+import multiprocessing
 import os
 import time
+import zipfile
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
-from imagesvc.imaging import TIERS
-from imagesvc.search.blocks import stored_boxes, window_hashes
+from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index
+from imagesvc.search.features import STORED_KEYPOINTS, STORED_SIDE, Features, decode_reduced, extract
 
-__all__ = ["BlockIndex", "BlockIndexSummary", "load_blocks", "read_thumb", "sync_blocks"]
+__all__ = ["BlockIndex", "BlockIndexSummary", "load_blocks", "sync_blocks"]
 
 log = logging.getLogger("imagesvc.search.blocks")
-FOLDER, FILE = "blockhashes", "blocks.npz"
-SOURCE_TIERS = TIERS[::-1]  # the smallest stored clean tier is hashed
+FOLDER = "featureindex"
+BATCH = 256  # illustrations per features file
+TRAIN_SAMPLE = 400_000  # descriptors the inverted file's centroids are trained on
+PARAMS = f"orb-{STORED_SIDE}-{STORED_KEYPOINTS}-v1"
+SOURCE_TIERS = ("display", "thumb", "full")  # display (2,000 px) decoded by DCT scaling to about 1,000 px
 
 
 @dataclass
 class BlockIndex:
-    """``hashes[i]`` is a window hash of illustration ``ids[owner[i]]``, whose content hash is ``content[owner[i]]``."""
+    """``features.xy[n]`` and the faiss ids ``n << 12 | k`` belong to illustration ``ids[n]``."""
 
     ids: list[str]
     content: list[str]
-    hashes: np.ndarray  # uint64
-    owner: np.ndarray  # int64
-    windows: int  # hashes per illustration (the same window boxes for every one)
+    features: FeatureIndex
+    digest: str
 
 
 @dataclass
 class BlockIndexSummary:
     illustrations: int
-    hashed: int
+    extracted: int
     kept: int
     failed: int
+    descriptors: int
     seconds: float
+    cpu_seconds: float
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def line(self) -> str:
         return (
-            f"block hashes: {self.illustrations} illustrations ({self.hashed} hashed, {self.kept} kept, "
-            f"{self.failed} failed) in {self.seconds:.1f}s"
+            f"block features: {self.illustrations} illustrations ({self.extracted} extracted, {self.kept} kept, "
+            f"{self.failed} failed), {self.descriptors} descriptors in {self.seconds:.1f}s"
         )
+
+
+def _folder(data_dir: Path) -> Path:
+    return Path(data_dir) / FOLDER
+
+
+def _key(iid: str, content: str) -> str:
+    return content or f"id:{iid}"
 
 
 def load_blocks(data_dir: Path) -> BlockIndex | None:
-    path = Path(data_dir) / FOLDER / FILE
+    """The current index of ``data_dir`` (``None`` when none was made); blocking: call it off the event loop."""
+    import faiss
+
+    folder = _folder(data_dir)
     try:
-        with np.load(path, allow_pickle=False) as data:
-            ids, content = data["ids"].tolist(), data["content"].tolist()
-            hashes, windows = data["hashes"].astype(np.uint64), int(data["windows"])
+        pointer = json.loads((folder / "current.json").read_text())
     except FileNotFoundError:
         return None
-    owner = np.repeat(np.arange(len(ids), dtype=np.int64), windows)
-    return BlockIndex(ids, content, hashes, owner, windows)
+    digest = pointer["digest"]
+    with np.load(folder / f"index-{digest}.npz", allow_pickle=False) as data:
+        ids, content = data["ids"].tolist(), data["content"].tolist()
+        counts, xy = data["counts"], data["xy"]
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    per = [xy[starts[n] : starts[n + 1]] for n in range(len(ids))]
+    index = faiss.read_index_binary(str(folder / f"index-{digest}.faiss"))
+    return BlockIndex(ids, content, FeatureIndex(index, per), digest)
 
 
-def _save(data_dir: Path, index: BlockIndex) -> None:
-    folder = Path(data_dir) / FOLDER
-    folder.mkdir(exist_ok=True)  # never the data dir itself: a snapshot folder removed under a writer stays removed
-    tmp = folder / f".{FILE}.{os.getpid()}.tmp"
+def current_digest(data_dir: Path) -> str | None:
+    try:
+        return json.loads((_folder(data_dir) / "current.json").read_text())["digest"]
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+
+
+def _extract_bytes(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Worker: decode reduced and extract (top-level, so a spawned process can run it)."""
+    f = extract(decode_reduced(data, STORED_SIDE))
+    return f.xy, f.desc
+
+
+def _read_shards(folder: Path, wanted: set[str]) -> dict[str, tuple[str, int]]:
+    """Where each wanted content key's features are: (features file, position in it)."""
+    out: dict[str, tuple[str, int]] = {}
+    for path in sorted(folder.glob("*.npz")):
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                keys = data["keys"].tolist()
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:  # cut short by a killed run: made again
+            log.warning("ignoring unreadable %s: %s", path, exc)
+            continue
+        for k, key in enumerate(keys):
+            if key in wanted:
+                out[key] = (path.name, k)
+    return out
+
+
+def _write_shard(folder: Path, keys: list[str], feats: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:20]
+    tmp = folder / f".{digest}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         np.savez(
             f,
-            ids=np.array(index.ids, dtype=str),
-            content=np.array(index.content, dtype=str),
-            hashes=index.hashes,
-            windows=np.array(index.windows),
+            keys=np.array(keys, dtype=str),
+            counts=np.array([len(x) for x, _ in feats], np.int32),
+            xy=np.concatenate([x for x, _ in feats]).astype(np.float32) if feats else np.zeros((0, 2), np.float32),
+            desc=np.concatenate([d for _, d in feats]) if feats else np.zeros((0, 32), np.uint8),
         )
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / FILE)
+    os.replace(tmp, folder / f"{digest}.npz")
 
 
-async def read_thumb(store: Any, tiers: dict[str, dict[str, Any]]) -> Image.Image | None:
-    """The smallest stored clean tier of one illustration, decoded (``None`` when it cannot be read)."""
+def _load_shard(path: Path) -> tuple[list[str], list[Features]]:
+    with np.load(path, allow_pickle=False) as data:
+        keys, counts, xy, desc = data["keys"].tolist(), data["counts"], data["xy"], data["desc"]
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    feats = [Features(xy[starts[n] : starts[n + 1]], desc[starts[n] : starts[n + 1]], (0, 0)) for n in range(len(keys))]
+    return keys, feats
+
+
+async def _read(store: Any, tiers: dict[str, dict[str, Any]]) -> bytes | None:
     for tier in SOURCE_TIERS:
         if tier in tiers:
             try:
-                data = (await store.get(tiers[tier]["clean_key"])).data
-                return await asyncio.to_thread(_decode, data)
+                return (await store.get(tiers[tier]["clean_key"])).data
             except Exception as exc:  # one unreadable object is one failed illustration, not a failed job
                 log.warning("cannot read %s: %s", tiers[tier]["clean_key"], exc)
                 return None
     return None
 
 
-def _decode(data: bytes) -> Image.Image:
-    image = Image.open(io.BytesIO(data))
-    image.draft("RGB", (400, 400))
-    return image.convert("RGB")
+def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple[str, int]], digest: str) -> BlockIndex:
+    """Assemble the faiss index from the features files, write it under its digest and make it current."""
+    import faiss
+
+    by_file: dict[str, list[Features]] = {}
+    for name in sorted({where[k][0] for k in keys}):
+        by_file[name] = _load_shard(folder / "features" / name)[1]
+    feats = [by_file[where[k][0]][where[k][1]] for k in keys]
+    total = sum(len(f.desc) for f in feats)
+    train = None
+    if total > FLAT_UNTIL:
+        rng = np.random.default_rng(0)
+        pick = rng.choice(len(feats), size=min(len(feats), TRAIN_SAMPLE // 100 + 1), replace=False)
+        train = np.concatenate([feats[int(n)].desc for n in pick])
+    index = build_index([feats], total, train)
+    del by_file
+    faiss.write_index_binary(index.index, str(folder / f".index-{digest}.faiss.tmp"))
+    os.replace(folder / f".index-{digest}.faiss.tmp", folder / f"index-{digest}.faiss")
+    tmp = folder / f".index-{digest}.npz.tmp"
+    with open(tmp, "wb") as f:
+        np.savez(
+            f,
+            ids=np.array(ids, dtype=str),
+            content=np.array(keys, dtype=str),
+            counts=np.array([len(x) for x in index.xy], np.int32),
+            xy=np.concatenate(index.xy) if index.xy else np.zeros((0, 2), np.float16),
+        )
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / f"index-{digest}.npz")
+    pointer = folder / f".current.{os.getpid()}.tmp"
+    pointer.write_text(
+        json.dumps({"digest": digest, "illustrations": len(ids), "descriptors": total, "params": PARAMS})
+    )
+    os.replace(pointer, folder / "current.json")
+    for old in folder.glob("index-*"):  # earlier indexes: a serving node holds what it loaded in memory
+        if digest not in old.name:
+            old.unlink(missing_ok=True)
+    return BlockIndex(ids, keys, index, digest)
 
 
-async def sync_blocks(data_dir: Path, catalog: Any, store: Any, *, full: bool = False) -> tuple[BlockIndex, Any]:
-    """Bring the block index up to date with the catalog's live illustrations; returns it and a summary."""
-    started = time.perf_counter()
+async def sync_blocks(
+    data_dir: Path, catalog: Any, store: Any, *, full: bool = False, workers: int | None = None
+) -> tuple[BlockIndex, BlockIndexSummary]:
+    """Bring the feature index up to date with the catalog's live illustrations (``full``: extract everything
+    again); features are extracted in ``workers`` processes (default: one per core)."""
+    started, cpu0 = time.perf_counter(), time.process_time()
     rows = catalog.query_all(
         "SELECT i.id, i.content_sha256 FROM illustrations i JOIN books b ON b.id = i.book_id"
         " WHERE i.removed = 0 AND b.withdrawn = 0 ORDER BY i.book_id, i.page_number, i.idx"
     )
-    boxes = stored_boxes()
-    old = None if full else load_blocks(data_dir)
-    if old is not None and old.windows != len(boxes):
-        old = None
-    previous = {iid: n for n, iid in enumerate(old.ids)} if old else {}
-    wanted = [(r["id"], r["content_sha256"] or "") for r in rows]
-    if old is not None and wanted == list(zip(old.ids, old.content, strict=True)):
-        return old, BlockIndexSummary(len(wanted), 0, len(wanted), 0, time.perf_counter() - started)
-    todo = [iid for iid, h in wanted if iid not in previous or old.content[previous[iid]] != h]  # type: ignore[union-attr]
-    tiers = catalog.renditions(todo)
-    fresh: dict[str, np.ndarray] = {}
-    for iid in todo:
-        image = await read_thumb(store, tiers.get(iid, {}))
-        if image is not None:
-            fresh[iid] = await asyncio.to_thread(window_hashes, image, boxes)
-    ids, content, blocks = [], [], []
-    for iid, h in wanted:
-        if iid in fresh:
-            blocks.append(fresh[iid])
-        elif iid in previous and old is not None and iid not in todo:
-            n = previous[iid]
-            blocks.append(old.hashes[n * old.windows : (n + 1) * old.windows])
-        else:
-            continue
-        ids.append(iid)
-        content.append(h)
-    hashes = np.concatenate(blocks) if blocks else np.zeros(0, np.uint64)
-    index = BlockIndex(ids, content, hashes, np.repeat(np.arange(len(ids), dtype=np.int64), len(boxes)), len(boxes))
-    try:
-        await asyncio.to_thread(_save, data_dir, index)
-    except OSError as exc:  # a read-only data dir: keep the index in memory
-        log.warning("block hashes kept in memory only: %s", exc)
-    kept = len(ids) - len(fresh)
-    summary = BlockIndexSummary(len(ids), len(fresh), kept, len(todo) - len(fresh), time.perf_counter() - started)
+    wanted = [(r["id"], _key(r["id"], r["content_sha256"] or "")) for r in rows]
+    folder = _folder(data_dir)
+    shards = folder / "features"
+    if full and shards.exists():
+        for path in shards.glob("*.npz"):
+            path.unlink()
+    # never the data dir itself: a data dir removed under a writer (a replaced snapshot's) stays removed
+    folder.mkdir(exist_ok=True)
+    shards.mkdir(exist_ok=True)
+    where = await asyncio.to_thread(_read_shards, shards, {k for _, k in wanted})
+    todo = [(iid, k) for iid, k in wanted if k not in where]
+    todo = list({k: (iid, k) for iid, k in todo}.values())  # one extraction per distinct content
+    failed: set[str] = set()
+    child_cpu = 0.0
+    if todo:
+        tiers = catalog.renditions(iid for iid, _ in todo)
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers or os.cpu_count() or 1, mp_context=ctx) as pool:
+            loop = asyncio.get_running_loop()
+            for start in range(0, len(todo), BATCH):
+                batch = todo[start : start + BATCH]
+                datas = await asyncio.gather(*(_read(store, tiers.get(iid, {})) for iid, _ in batch))
+                jobs = [loop.run_in_executor(pool, _extract_bytes, d) if d else None for d in datas]
+                keys, feats = [], []
+                for (iid, key), job in zip(batch, jobs, strict=True):
+                    try:
+                        if job is None:
+                            raise OSError("no stored image")
+                        feats.append(await job)
+                        keys.append(key)
+                    except Exception as exc:  # a corrupt image is one failed illustration
+                        log.warning("cannot extract features of %s: %s", iid, exc)
+                        failed.add(key)
+                await asyncio.to_thread(_write_shard, shards, keys, feats)
+        child_cpu = _children_cpu()
+        where = await asyncio.to_thread(_read_shards, shards, {k for _, k in wanted})
+    live = [(iid, k) for iid, k in wanted if k in where]
+    ids, keys = [iid for iid, _ in live], [k for _, k in live]
+    digest = hashlib.sha256(("\n".join(f"{i} {k}" for i, k in live) + PARAMS).encode()).hexdigest()[:20]
+    index = None
+    if current_digest(data_dir) == digest:
+        index = await asyncio.to_thread(load_blocks, data_dir)
+    if index is None:
+        index = await asyncio.to_thread(_build, folder, ids, keys, where, digest)
+    summary = BlockIndexSummary(
+        len(ids),
+        len(todo) - len(failed),
+        len(ids) - (len(todo) - len(failed)),
+        len(failed),
+        index.features.descriptors,
+        time.perf_counter() - started,
+        time.process_time() - cpu0 + child_cpu,
+    )
     log.info("%s", summary.line())
     return index, summary
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

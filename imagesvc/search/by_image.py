@@ -1,10 +1,8 @@
-"""Search by image: the illustrations printed from the same woodblock or plate as an uploaded picture, and (with CLIP)
-the ones that look like it.
+"""Search by image: the illustrations printed from the same woodblock or plate as an uploaded picture.
 
-Two stages. The window hashes of the query (whole, and inner crops) are compared with every stored window hash
-(``blocks.py``); each illustration's three closest pairs also say how the two pictures may line up. Candidates whose
-closest pair is within ``SAME_BLOCK_BITS`` are then read back (their clean thumbnail) and verified by correlating
-the aligned windows; those at least ``SAME_BLOCK_CORRELATION`` alike are the same block, best first.
+The query's ORB features (``features.py``) are looked up in the local-feature index made by ``imagesvc index``
+(``block_index.py``), the best-voted illustrations verified geometrically (``feature_index.py``). The index is
+loaded off the event loop, and again only when ``imagesvc index`` has published a new one; a node never builds it.
 """
 
 from __future__ import annotations
@@ -19,30 +17,27 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from imagesvc.search.block_index import BlockIndex, read_thumb, sync_blocks
-from imagesvc.search.blocks import (
-    SAME_BLOCK_BITS,
-    SAME_BLOCK_CORRELATION,
-    best_pairs,
-    correlation,
-    query_boxes,
-    stored_boxes,
-    window_hashes,
-)
+from imagesvc.search.block_index import BlockIndex, current_digest, load_blocks
+from imagesvc.search.feature_index import Candidate, same_block
+from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, extract
 
-__all__ = ["BlockMatch", "ImageMatcher", "matcher_for"]
+__all__ = ["BlockMatch", "ImageMatcher", "match_picture", "matcher_for"]
 
 log = logging.getLogger("imagesvc.search.by_image")
-CANDIDATES = 40  # verified at most per query (each costs one thumbnail read and ~20 ms of correlation)
-CLEAR_MATCH = 0.9
-QUERY_SIDE = 400  # the query is reduced to this longest side before hashing (stored thumbnails are 300 px)
+CONFIDENT_INLIERS = 60  # inliers at which ``correlation`` (the match score) reaches 1.0
 
 
 @dataclass(frozen=True)
 class BlockMatch:
     id: str
-    distance: int  # bits between the closest window pair, of 64
-    correlation: float  # of the aligned windows, 1.0 identical
+    inliers: int  # query-to-stored keypoint pairs that agree with one similarity transform
+    pairs: int  # pairs the descriptor search proposed
+    correlation: float  # match score in [0, 1]: min(1, inliers / CONFIDENT_INLIERS)
+
+    @property
+    def distance(self) -> int:
+        """Pairs proposed but not geometrically consistent (0: every proposed pair agreed)."""
+        return self.pairs - self.inliers
 
 
 def matcher_for(services: Any) -> ImageMatcher:
@@ -56,87 +51,65 @@ def matcher_for(services: Any) -> ImageMatcher:
     return matcher
 
 
+def match_picture(index: BlockIndex, image: Image.Image, live: set[str] | None = None) -> list[BlockMatch]:
+    """Blocking: the illustrations of ``index`` printed from the same block as ``image``, best first."""
+    query = extract(image, QUERY_SIDE, QUERY_KEYPOINTS)
+    allowed = None
+    if live is not None:
+        allowed = np.fromiter((iid in live for iid in index.ids), bool, len(index.ids))
+    found: list[Candidate] = same_block(index.features.candidates(query, allowed))
+    return [
+        BlockMatch(index.ids[c.number], c.inliers, c.pairs, round(min(1.0, c.inliers / CONFIDENT_INLIERS), 4))
+        for c in found
+    ]
+
+
 class ImageMatcher:
     def __init__(self, services: Any) -> None:
         self.services = services
         self._index: BlockIndex | None = None
-        self._stamp: Any = None
         self._job: asyncio.Future[Any] | None = None
-        self._boxes = stored_boxes()
-        self._query_boxes = query_boxes()
+
+    @property
+    def _data_dir(self) -> Path:
+        return Path(getattr(self.services.search, "_data_dir", self.services.settings.data_dir))
 
     def state(self) -> str:
         if self._index is not None:
-            return f"ready: {len(self._index.ids)} illustrations hashed"
-        return "building the window hashes" if self._job is not None else "hashes load on the first search by image"
+            return f"ready: {len(self._index.ids)} illustrations, {self._index.features.descriptors} features"
+        if self._job is not None and not self._job.done():
+            return "loading the feature index"
+        return "no feature index: run `imagesvc index`"
 
     async def ready(self) -> BlockIndex | None:
-        """The block index, brought up to date first (hashing new illustrations); waits at most the search wait
-        setting, then answers with what is there while the work goes on."""
-        catalog = self.services.catalog
-        stamp = catalog.query_one("PRAGMA data_version")
-        if self._index is not None and self._stamp == stamp:
+        """The current feature index, (re)loaded off the event loop when ``imagesvc index`` published a new one;
+        waits at most the search wait setting, then answers with what is loaded while the load goes on."""
+        digest = await asyncio.to_thread(current_digest, self._data_dir)
+        if digest is None or (self._index is not None and self._index.digest == digest):
             return self._index
         if self._job is None or self._job.done():
-            self._job = asyncio.ensure_future(self._sync(stamp))
+            self._job = asyncio.ensure_future(asyncio.to_thread(self._load))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._job), self.services.settings.search_wait)
         return self._index
 
-    async def _sync(self, stamp: Any) -> None:
-        data_dir = getattr(self.services.search, "_data_dir", self.services.settings.data_dir)
-        try:
-            index, _ = await sync_blocks(data_dir, self.services.catalog, self.services.store)
-        except FileNotFoundError:
-            if Path(data_dir).is_dir():
-                raise
-            return  # the snapshot folder it was for was replaced and removed meanwhile: stale work, dropped
-        self._index, self._stamp = index, stamp
+    def _load(self) -> None:
+        index = load_blocks(self._data_dir)
+        if index is not None:
+            self._index = index
+            log.info("search by image: %s", self.state())
 
     async def same_block(self, image: Image.Image, live: set[str] | None = None) -> list[BlockMatch]:
         """The illustrations printed from the same block as ``image``, best first (``live``: only these ids)."""
         index = await self.ready()
         if index is None or not index.ids:
             return []
-        small = image.copy()
-        small.thumbnail((QUERY_SIDE, QUERY_SIDE))
-        query = await asyncio.to_thread(window_hashes, small, self._query_boxes)
-        dist, qwin, srow = await asyncio.to_thread(best_pairs, query, index.hashes, index.owner, len(index.ids))
-        order = [int(n) for n in np.argsort(dist[:, 0], kind="stable") if dist[n, 0] <= SAME_BLOCK_BITS]
-        if live is not None:
-            order = [n for n in order if index.ids[n] in live]
-        order = order[:CANDIDATES]
-        tiers = self.services.catalog.renditions(index.ids[n] for n in order)
-        out = []
-        for n in order:
-            iid = index.ids[n]
-            stored = await read_thumb(self.services.store, tiers.get(iid, {}))
-            if stored is None:
-                continue
-            pairs = [
-                (self._query_boxes[int(qwin[n, k])], self._boxes[int(srow[n, k]) - n * index.windows])
-                for k in range(srow.shape[1])
-                if srow[n, k] >= 0
-            ]
-            score = await asyncio.to_thread(_verify, small, stored, pairs)
-            if score >= SAME_BLOCK_CORRELATION:
-                out.append(BlockMatch(iid, int(dist[n, 0]), round(score, 4)))
-        out.sort(key=lambda m: (-m.correlation, m.distance))
-        return out
-
-
-def _verify(query: Image.Image, stored: Image.Image, pairs: list[tuple[Any, Any]]) -> float:
-    best = -1.0
-    for qbox, sbox in pairs:  # closest pair first; a clear match needs no second look
-        best = max(best, correlation(query, qbox, stored, sbox))
-        if best >= CLEAR_MATCH:
-            break
-    return best
+        return await asyncio.to_thread(match_picture, index, image, live)
 
 
 async def warm_up(services: Any) -> None:
-    """Load the text model and bring the text and block indexes up to date now, not on the first searches (called
-    by ``imagesvc serve`` at startup, in the background; failures are logged, searches then say what is missing)."""
+    """Load the text model and the search indexes now, not on the first searches (called by ``imagesvc serve`` at
+    startup, in the background; failures are logged, searches then say what is missing)."""
     from imagesvc.search.engine import engine_for
 
     engine = engine_for(services)

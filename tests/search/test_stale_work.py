@@ -17,7 +17,7 @@ import pytest
 
 from imagesvc.catalog import Catalog
 from imagesvc.catalog import writes as w
-from imagesvc.search.block_index import BlockIndex, _save
+from imagesvc.search.block_index import sync_blocks
 from imagesvc.search.dense import TEXT_FOLDER, StaleWork, shared_model, sync_text_index, text_rows
 from imagesvc.search.engine import SearchEngine
 from imagesvc.search.vectors import VectorIndex, save_index
@@ -92,7 +92,10 @@ def test_index_writers_never_recreate_a_removed_data_dir(tmp_path: Path) -> None
     vectors = VectorIndex(["a-1:0"], ["h"], np.ones((1, 4), np.float32), "test")
     with pytest.raises(FileNotFoundError):
         save_index(gone, vectors, 5)
-    blocks = BlockIndex(["a-1:0"], ["c"], np.zeros(1, np.uint64), np.zeros(1, np.int64), windows=1)
-    with pytest.raises(FileNotFoundError):
-        _save(gone, blocks)
+    empty = Catalog(tmp_path / "catalog.sqlite3")  # a real catalog with no illustrations
+    try:
+        with pytest.raises(FileNotFoundError):
+            asyncio.run(sync_blocks(gone, empty, store=None))
+    finally:
+        empty.close()
     assert not gone.exists() and not gone.parent.exists()

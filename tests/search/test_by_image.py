@@ -1,0 +1,117 @@
+"""Search by image on a small generated library of woodcuts (fixtures/woodcuts.py): each degradation a reader brings
+finds the block's printings, and a copy recut by another hand is never the same block."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fixtures.woodcuts import Illustration, degrade, library, render
+from imagesvc.search.block_index import BlockIndex
+from imagesvc.search.by_image import match_picture
+from imagesvc.search.feature_index import build_index
+from imagesvc.search.features import STORED_SIDE, decode_reduced, extract
+
+SIZE = 60
+
+
+def _stored(ill: Illustration) -> Image.Image:
+    """As ``imagesvc index`` reads it: a stored JPEG decoded reduced."""
+    buf = io.BytesIO()
+    render(ill, SIZE).save(buf, "JPEG", quality=90)
+    return decode_reduced(buf.getvalue(), STORED_SIDE)
+
+
+@pytest.fixture(scope="module")
+def woodcuts() -> tuple[list[Illustration], BlockIndex]:
+    lib = library(SIZE)
+    feats = [extract(_stored(ill)) for ill in lib]
+    index = build_index([feats], sum(len(f.desc) for f in feats))
+    ids = [str(ill.number) for ill in lib]
+    return lib, BlockIndex(ids, ids, index, "test")
+
+
+def _printings(lib: list[Illustration], block: int) -> set[str]:
+    return {str(i.number) for i in lib if i.block == block}
+
+
+def _queries(lib: list[Illustration]) -> list[Illustration]:
+    """The first printing of every block printed in several books."""
+    seen: dict[int, Illustration] = {}
+    for ill in lib:
+        if ill.kind == "printing":
+            seen.setdefault(ill.block, ill)
+    return list(seen.values())
+
+
+def _found(index: BlockIndex, lib: list[Illustration], ill: Illustration, how: str) -> list[str]:
+    return [m.id for m in match_picture(index, degrade(ill, SIZE, how))]
+
+
+@pytest.mark.parametrize("how", ["crop50", "rot10", "rot15", "rescan", "worn"])
+def test_a_degraded_printing_finds_every_printing_of_its_block_and_nothing_else(
+    woodcuts: tuple[list[Illustration], BlockIndex], how: str
+) -> None:
+    lib, index = woodcuts
+    for ill in _queries(lib):
+        found = _found(index, lib, ill, how)
+        assert set(found) == _printings(lib, ill.block), (how, ill.number)
+
+
+def test_a_phone_photo_finds_most_printings_and_no_other(woodcuts: tuple[list[Illustration], BlockIndex]) -> None:
+    lib, index = woodcuts
+    hits = 0
+    for ill in _queries(lib):
+        found = _found(index, lib, ill, "phone")
+        truth = _printings(lib, ill.block)
+        assert set(found) <= truth, ill.number
+        hits += len(set(found) & truth)
+    assert hits >= 0.8 * sum(len(_printings(lib, q.block)) for q in _queries(lib))
+
+
+def test_a_third_of_each_side_finds_a_printing_for_most_blocks_and_never_another_block(
+    woodcuts: tuple[list[Illustration], BlockIndex],
+) -> None:
+    lib, index = woodcuts
+    answered = 0
+    for ill in _queries(lib):
+        found = _found(index, lib, ill, "crop33")
+        assert set(found) <= _printings(lib, ill.block), ill.number
+        answered += bool(found)
+    assert answered >= 0.75 * len(_queries(lib))
+
+
+def test_a_recut_copy_is_not_the_same_block(woodcuts: tuple[list[Illustration], BlockIndex]) -> None:
+    lib, index = woodcuts
+    recuts = [i for i in lib if i.kind == "recut"]
+    assert recuts
+    for recut in recuts:
+        originals = _printings(lib, recut.original)
+        found = _found(index, lib, recut, "rescan")
+        assert found[:1] == [str(recut.number)] and not set(found) & originals
+        printing = next(i for i in lib if i.block == recut.original)
+        assert str(recut.number) not in _found(index, lib, printing, "rescan")
+
+
+def test_a_picture_with_no_features_and_a_restricted_search_answer_plainly(
+    woodcuts: tuple[list[Illustration], BlockIndex],
+) -> None:
+    lib, index = woodcuts
+    blank = Image.new("RGB", (400, 300), (230, 220, 200))
+    assert match_picture(index, blank) == []
+    ill = _queries(lib)[0]
+    picture = degrade(ill, SIZE, "rescan")
+    only = sorted(_printings(lib, ill.block))[:1]
+    assert [m.id for m in match_picture(index, picture, set(only))] == only
+    assert match_picture(index, picture, set()) == []
+
+
+def test_every_match_carries_its_evidence(woodcuts: tuple[list[Illustration], BlockIndex]) -> None:
+    lib, index = woodcuts
+    matches = match_picture(index, degrade(_queries(lib)[0], SIZE, "worn"))
+    assert matches and all(0 < m.correlation <= 1 and m.inliers <= m.pairs for m in matches)
+    assert [m.inliers for m in matches] == sorted((m.inliers for m in matches), reverse=True)
+    assert np.all([m.distance == m.pairs - m.inliers for m in matches])
