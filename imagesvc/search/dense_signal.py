@@ -57,6 +57,7 @@ class DenseText:
         self._job: asyncio.Future[Any] | None = None
         self.error: str | None = None
         self._other: str | None = None  # with an index of another model on disk: that model's key
+        self.closed = False  # set when the search state this belongs to is replaced: work in flight stops
 
     def _indexed_model(self) -> str | None:
         """The model the text index on disk was embedded by (a small JSON read)."""
@@ -64,7 +65,6 @@ class DenseText:
             return json.loads((self.data_dir / TEXT_FOLDER / "current.json").read_text()).get("model")
         except (OSError, ValueError):
             return None
-        self.closed = False  # set when the search state this belongs to is replaced: work in flight stops
 
     @property
     def on(self) -> bool:
