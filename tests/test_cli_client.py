@@ -22,7 +22,8 @@ BOOK = "demo-speculum-fornacum"
 @pytest.fixture
 async def mcp_url(demo_library: dict, tmp_path: Path) -> AsyncIterator[str]:
     data = copy_library(demo_library["data"], tmp_path / "data")
-    server = TestServer(build_app(settings_for(data)), host="127.0.0.1")
+    # search_wait: two searches compared must both be ranked in full, never one before the text model is ready.
+    server = TestServer(build_app(settings_for(data, search_wait=600)), host="127.0.0.1")
     await server.start_server()
     yield str(server.make_url("/api/mcp"))
     await server.close()
