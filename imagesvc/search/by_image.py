@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,10 @@ class BlockMatch:
     def distance(self) -> int:
         """Pairs proposed but not geometrically consistent (0: every proposed pair agreed)."""
         return self.pairs - self.inliers
+
+
+# Runs a blocking function off the event loop and awaits its result (tools/image_work.ImageWork.run).
+Runner = Callable[..., Awaitable[Any]]
 
 
 def matcher_for(services: Any) -> ImageMatcher:
@@ -99,12 +104,17 @@ class ImageMatcher:
             self._index = index
             log.info("search by image: %s", self.state())
 
-    async def same_block(self, image: Image.Image, live: set[str] | None = None) -> list[BlockMatch]:
-        """The illustrations printed from the same block as ``image``, best first (``live``: only these ids)."""
+    async def same_block(
+        self, image: Image.Image, live: set[str] | None = None, *, run: Runner | None = None
+    ) -> list[BlockMatch]:
+        """The illustrations printed from the same block as ``image``, best first (``live``: only these ids).
+        ``run`` runs the blocking match off the event loop (the caller's own pool; default: a thread)."""
         index = await self.ready()
         if index is None or not index.ids:
             return []
-        return await asyncio.to_thread(match_picture, index, image, live)
+        if run is None:
+            return await asyncio.to_thread(match_picture, index, image, live)
+        return await run(match_picture, index, image, live)
 
 
 async def warm_up(services: Any) -> None:

@@ -77,6 +77,9 @@ def _spread(kps: list, n: int, size: tuple[int, int], grid: int = GRID) -> list:
     return out
 
 
+MIN_SIDE = 64  # px: smaller pictures (after reduction) yield no keypoints worth matching
+
+
 def extract(image: Image.Image, side: int = STORED_SIDE, keypoints: int = STORED_KEYPOINTS) -> Features:
     """ORB keypoints and descriptors of ``image`` reduced to ``side`` px (at most ``keypoints`` of them, spread
     over the picture)."""
@@ -85,6 +88,8 @@ def extract(image: Image.Image, side: int = STORED_SIDE, keypoints: int = STORED
     cv2.setNumThreads(1)  # the caller decides the parallelism (one process per core when indexing)
     grey = grey_reduced(image, side)
     size = (grey.shape[1], grey.shape[0])
+    if min(size) < MIN_SIDE:  # ORB's pyramid and patch need room: a sliver of a picture has no features
+        return Features(np.zeros((0, 2), np.float32), np.zeros((0, 32), np.uint8), size)
     orb = _orb(keypoints * 4)
     kps = _spread(list(orb.detect(grey, None)), keypoints, size)  # type: ignore[attr-defined]
     kps, desc = orb.compute(grey, kps)  # type: ignore[attr-defined]

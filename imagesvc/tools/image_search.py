@@ -124,7 +124,7 @@ async def search_by_picture(services: Services, data: bytes, book_id: str | None
     live = {iid for iid, ok, b in zip(table.ids, table.live, table.book, strict=True) if ok}
     if book is not None:
         live = {iid for iid in live if table.book_ids[table.book[table.row_of(iid)]] == book}  # type: ignore[index]
-    matches = (await matcher_for(services).same_block(picture, live))[:limit]
+    matches = (await matcher_for(services).same_block(picture, live, run=image_work(services).run))[:limit]
     extra = [{"match": m.correlation, "distance": m.distance} for m in matches]
     same = gallery_items(services, [m.id for m in matches], extra)
     similar = None

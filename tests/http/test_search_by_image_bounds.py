@@ -252,3 +252,18 @@ async def test_one_caller_runs_one_search_at_a_time_and_a_full_queue_is_a_503(
     assert statuses == [200, 503], statuses
     refused = next(a for a in answers if a.status == 503)
     assert int(refused.headers["Retry-After"]) > 0
+
+
+async def test_slivers_and_specks_of_pictures_answer_with_no_match_not_a_500(make_client: MakeClient) -> None:
+    """Found by the schemathesis test: a picture too small for the feature detector's pyramid crashed the matcher."""
+    from PIL import Image
+
+    client = await make_client(search_wait=600)
+    for size in ((1, 1), (3, 900), (900, 5), (40, 40)):
+        response = await client.post(
+            ROUTE, data=_jpeg(Image.new("RGB", size, "white")), headers={"Content-Type": "image/jpeg"}
+        )
+        body = await response.json()
+        assert response.status in (200, 400), body  # a 400 may say the picture is too small; never a 500
+        if response.status == 200:
+            assert body["same_block"] == [], (size, body)
