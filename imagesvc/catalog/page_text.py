@@ -114,19 +114,23 @@ def search(
         )
         return {rowid & local for (rowid,) in found if rowid & ((1 << FIELD_BITS) - 1) in wanted}
 
-    return rank(words, texts, lambda key: _text(conn, book_id, key), limit=limit, offset=offset)
+    def read(keys: set[int]) -> dict[int, str]:
+        return {key: _text(conn, book_id, key) for key in keys}
+
+    return rank(words, texts, read, limit=limit, offset=offset)
 
 
 def rank(
     words: Sequence[Word],
     texts: Callable[[str], set[int]],
-    read: Callable[[int], str],
+    read: Callable[[set[int]], dict[int, str]],
     *,
     limit: int,
     offset: int,
 ) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
     """The search's answer from a dialect's look-ups (shared by every backend): ``texts(term)`` gives the keys
-    (``page << FIELD_BITS | field``) of the book's wanted texts holding the term, ``read(key)`` one text as stored.
+    (``page << FIELD_BITS | field``) of the book's wanted texts holding the term, ``read(keys)`` those texts as stored
+    (one query on PostgreSQL, where each statement is a round trip).
 
     A quoted phrase (or ``golden-age``) must stand in order: its texts are read to check. The score is the number of
     the page's texts that hold every word, plus a tenth for each text holding one of them; ties go in page order."""
@@ -138,7 +142,7 @@ def rank(
     per_word = [set.intersection(*(holding[t] for t in word.terms)) for word in words]  # texts holding the word
     for word, rows in zip(words, per_word, strict=True):
         if word.ordered:  # a phrase: its terms are in these texts; read each to see them in order
-            rows.intersection_update({row for row in rows if word.in_folded(fold(read(row)))})
+            rows.intersection_update({row for row, text in read(rows).items() if word.in_folded(fold(text))})
     matching = set.intersection(*({row >> FIELD_BITS for row in rows} for rows in per_word))
     score = dict.fromkeys(matching, 0.0)
     for rows in per_word:

@@ -5,7 +5,7 @@ Each text of a page is one row ``(book_id, number, field, terms)``, ``terms`` th
 ``text_fold.index_terms`` (the same folding the SQLite index is fed, so both dialects find the same pages). A search
 asks, for each term of the query, which of the book's texts hold it (``terms @> ARRAY[term]``: the GIN index on terms
 for a term rare in the library, the primary key's book range for a common one); ``page_text.rank`` does the rest, as
-on SQLite, reading a text from ``pages`` only to check a phrase's order.
+on SQLite, reading texts from ``pages`` (in one query) only to check a phrase's order.
 """
 
 from __future__ import annotations
@@ -68,11 +68,15 @@ def search(
         )
         return {row["number"] << FIELD_BITS | row["field"] for row in rows}
 
-    def read(key: int) -> str:
-        field = FIELDS[key & ((1 << FIELD_BITS) - 1)]
-        text = catalog.scalar(
-            f"SELECT {field} FROM pages WHERE book_id = ? AND number = ?", (book_id, key >> FIELD_BITS)
+    def read(keys: set[int]) -> dict[int, str]:
+        """The texts ``keys`` stand for, in one query (by the primary key's book and page range)."""
+        numbers = sorted({key >> FIELD_BITS for key in keys})
+        rows = catalog.query_all(
+            "SELECT number, ocr, translation, original FROM pages WHERE book_id = ? AND number = ANY(?)",
+            (book_id, numbers),
         )
-        return text or ""
+        by_number = {row["number"]: row for row in rows}
+        mask = (1 << FIELD_BITS) - 1
+        return {key: (by_number.get(key >> FIELD_BITS) or {}).get(FIELDS[key & mask]) or "" for key in keys}
 
     return rank(words, texts, read, limit=limit, offset=offset)
