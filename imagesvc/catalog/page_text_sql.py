@@ -20,7 +20,10 @@ __all__ = ["build", "index_page", "search", "unindex_page"]
 
 
 def index_page(conn: Any, book_id: str, number: int, page: dict[str, object]) -> None:
-    """Index one page's texts (call ``unindex_page`` first when the page was indexed before)."""
+    """Index one page's texts in place of any indexed before. Called after the ``pages`` row is written, so two
+    ingesters writing one page at once take turns on that row's lock and the later one replaces the texts the
+    earlier one committed (instead of a key conflict)."""
+    unindex_page(conn, book_id, number)
     rows = [(book_id, number, i, index_terms(str(page[f]))) for i, f in enumerate(FIELDS) if page.get(f) is not None]
     if rows:
         conn.executemany("INSERT INTO page_texts (book_id, number, field, terms) VALUES (?, ?, ?, ?)", rows)
@@ -40,7 +43,6 @@ def build(conn: Any) -> int:
             "SELECT number, ocr, translation, original FROM pages WHERE book_id = ? ORDER BY number", (book_id,)
         ).fetchall()
         for number, *text in pages:
-            unindex_page(conn, book_id, number)
             index_page(conn, book_id, number, dict(zip(FIELDS, text, strict=True)))
             count += 1
     return count

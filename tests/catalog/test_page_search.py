@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +197,27 @@ def test_an_existing_postgres_catalog_gets_its_pages_indexed_by_the_migration(po
     # migration 6 logged the book it found as created at its ingest time (the bulk dataset's change feed)
     assert [(c["book_id"], c["kind"], c["at"]) for c in dataset.changes(catalog, 1, 10)] == [("dddd", "Create", "now")]
     catalog.close()
+
+
+def test_two_writers_of_one_page_at_once_leave_the_later_text_indexed(backend: Backend) -> None:
+    """Two ingesters rewrite one page together: the later commit's text is what the search finds, with no key
+    conflict (on PostgreSQL the second waits on the page row, then replaces the texts the first committed)."""
+    first, second = backend.open(), backend.open()
+    write_book(first, "eeee", {1: ("prima materia", None, None)})
+    inside = threading.Event()
+    release = threading.Event()
+
+    def slow_writer() -> None:
+        with first.transaction() as conn:
+            w.upsert_page(conn, _page("eeee", 1, ("sal ammoniac", "salt", None)), {}, [])
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=slow_writer)
+    thread.start()
+    assert inside.wait(10)
+    threading.Timer(0.5, release.set).start()  # the second writer is waiting on the first by then
+    write_book(second, "eeee", {1: ("aqua regia", None, None)})
+    thread.join(10)
+    assert pages_for(second, "aqua", book="eeee") == [1]
+    assert pages_for(second, "ammoniac", book="eeee") == pages_for(second, "salt", book="eeee") == []
