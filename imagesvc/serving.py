@@ -230,9 +230,9 @@ def serve(settings: Settings, workers: int) -> int:
         from imagesvc.provenance.credentials import signing_paths
 
         signing_paths(settings)
-    from imagesvc.catalog import Catalog
+    from imagesvc.catalog.backends import open_catalog
 
-    Catalog(settings.data_dir / "catalog.sqlite3").close()
+    open_catalog(settings).close()  # the configured backend: a PostgreSQL node keeps no SQLite catalog
     if workers == 1:
         run_server(settings)
         code = 0

@@ -189,7 +189,7 @@ class Catalog:
             "SELECT id, book_id, number, image_unavailable, unavailable_reason, width, height,"
             " ocr IS NOT NULL AS has_ocr, translation IS NOT NULL AS has_translation,"
             " original IS NOT NULL AS has_original"
-            " FROM pages INDEXED BY pages_listing WHERE book_id = ? ORDER BY number",  # the table only for NULL tests
+            f" FROM pages {self._indexed_by('pages_listing')} WHERE book_id = ? ORDER BY number",  # table: NULL tests
             (book_id,),
         )
 

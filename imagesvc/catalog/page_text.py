@@ -9,18 +9,19 @@ in the rest of the library. (FTS5 walks on past a range's end for a phrase, a co
 match anywhere: 71 ms for a phrase the book lacks at 180,000 pages; and its bm25 counts each term's pages across the
 whole library on every query, 47 ms for a word of every translation. Neither is used.)
 
-This module is the SQLite dialect of page search; a PostgreSQL backend puts its own beside it with the same
-``search`` contract.
+This module is the SQLite dialect of page search, and the ranking every dialect shares (``rank``); PostgreSQL's is
+``page_text_sql``, with the same ``search`` contract.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from imagesvc.catalog.text_fold import Word, fold, index_text
 
-__all__ = ["FIELDS", "build", "index_page", "search", "unindex_page"]
+__all__ = ["FIELDS", "build", "index_page", "rank", "search", "unindex_page"]
 
 FIELDS = ("ocr", "translation", "original")
 FIELD_BITS = 2
@@ -79,10 +80,10 @@ def _batched(cursor: sqlite3.Cursor) -> Iterable[tuple[object, ...]]:
         yield from batch
 
 
-def _text(conn: sqlite3.Connection, book_id: str, row: int) -> str:
-    """The text an index row stands for, from ``pages``."""
-    field = FIELDS[row & ((1 << FIELD_BITS) - 1)]
-    number = (row >> FIELD_BITS) & ((1 << PAGE_BITS) - 1)
+def _text(conn: Any, book_id: str, key: int) -> str:
+    """The text a book-local key (``page << FIELD_BITS | field``) stands for, from ``pages``."""
+    field = FIELDS[key & ((1 << FIELD_BITS) - 1)]
+    number = (key >> FIELD_BITS) & ((1 << PAGE_BITS) - 1)
     found = conn.execute(f"SELECT {field} FROM pages WHERE book_id = ? AND number = ?", (book_id, number)).fetchone()
     return (found[0] if found else None) or ""
 
@@ -97,24 +98,42 @@ def search(
     offset: int,
 ) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
     """``([(page number, score, texts)], total)``: the book's pages on which every word stands in one of the ``fields``
-    texts (a word's terms all in that one text), best first, and how many pages match in all.
-
-    A quoted phrase (or ``golden-age``) must stand in order: its texts are read to check. The score is the number of
-    the page's texts that hold every word, plus a tenth for each text holding one of them; ties go in page order."""
+    texts (a word's terms all in that one text), best first, and how many pages match in all (``rank``)."""
     n = _book_number(conn, book_id, create=False)
     if n is None or not words:
         return [], 0
     low, high = n << BOOK_SHIFT, ((n + 1) << BOOK_SHIFT) - 1
     wanted = {i for i, f in enumerate(FIELDS) if f in fields}
+    local = (1 << BOOK_SHIFT) - 1
 
     def texts(term: str) -> set[int]:
-        """Row ids of this book's texts holding one term (terms are letters and digits only; quoted anyway)."""
+        """Keys of this book's texts holding one term (terms are letters and digits only; quoted anyway)."""
         match = '"' + term.replace('"', '""') + '"'
         found = conn.execute(
             "SELECT rowid FROM pages_fts WHERE pages_fts MATCH ? AND rowid BETWEEN ? AND ?", (match, low, high)
         )
-        return {rowid for (rowid,) in found if rowid & ((1 << FIELD_BITS) - 1) in wanted}
+        return {rowid & local for (rowid,) in found if rowid & ((1 << FIELD_BITS) - 1) in wanted}
 
+    def read(keys: set[int]) -> dict[int, str]:
+        return {key: _text(conn, book_id, key) for key in keys}
+
+    return rank(words, texts, read, limit=limit, offset=offset)
+
+
+def rank(
+    words: Sequence[Word],
+    texts: Callable[[str], set[int]],
+    read: Callable[[set[int]], dict[int, str]],
+    *,
+    limit: int,
+    offset: int,
+) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
+    """The search's answer from a dialect's look-ups (shared by every backend): ``texts(term)`` gives the keys
+    (``page << FIELD_BITS | field``) of the book's wanted texts holding the term, ``read(keys)`` those texts as stored
+    (one query on PostgreSQL, where each statement is a round trip).
+
+    A quoted phrase (or ``golden-age``) must stand in order: its texts are read to check. The score is the number of
+    the page's texts that hold every word, plus a tenth for each text holding one of them; ties go in page order."""
     holding: dict[str, set[int]] = {}
     for word in words:
         for term in word.terms:
@@ -123,7 +142,7 @@ def search(
     per_word = [set.intersection(*(holding[t] for t in word.terms)) for word in words]  # texts holding the word
     for word, rows in zip(words, per_word, strict=True):
         if word.ordered:  # a phrase: its terms are in these texts; read each to see them in order
-            rows.intersection_update({row for row in rows if word.in_folded(fold(_text(conn, book_id, row)))})
+            rows.intersection_update({row for row, text in read(rows).items() if word.in_folded(fold(text))})
     matching = set.intersection(*({row >> FIELD_BITS for row in rows} for rows in per_word))
     score = dict.fromkeys(matching, 0.0)
     for rows in per_word:
@@ -132,12 +151,11 @@ def search(
                 score[page] += 0.1
     for row in set.intersection(*per_word):  # texts holding every word
         score[row >> FIELD_BITS] += 1
-    mask = (1 << PAGE_BITS) - 1
-    ranked = sorted(((page & mask, round(points, 1)) for page, points in score.items()), key=_best_first)
+    ranked = sorted(((page, round(points, 1)) for page, points in score.items()), key=_best_first)
     shown = ranked[offset : offset + limit]
     held = {row for rows in per_word for row in rows}
     out = []
     for page, points in shown:
-        base = ((n << PAGE_BITS) | page) << FIELD_BITS
+        base = page << FIELD_BITS
         out.append((page, points, tuple(f for i, f in enumerate(FIELDS) if base | i in held)))
     return out, len(ranked)

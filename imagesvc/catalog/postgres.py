@@ -34,8 +34,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from imagesvc.catalog import Catalog, _row
-from imagesvc.catalog.schema import POSTGRES_MIGRATIONS, SCHEMA_VERSION
+from imagesvc.catalog import Catalog, _row, page_text_sql
+from imagesvc.catalog.schema import POSTGRES_FOLLOW_UPS, POSTGRES_MIGRATIONS, SCHEMA_VERSION
+from imagesvc.catalog.text_fold import Word
 from imagesvc.errors import Unavailable
 
 __all__ = ["MIGRATION_LOCK", "PostgresCatalog", "migrate_postgres", "translate"]
@@ -59,7 +60,10 @@ def translate(sql: str) -> str:
 
 
 class _Conn:
-    """A write transaction's connection with sqlite3's ``execute``/``executemany`` (translated SQL)."""
+    """A write transaction's connection with sqlite3's ``execute``/``executemany`` (translated SQL); ``dialect``
+    tells ``writes`` which page-text index to keep."""
+
+    dialect = "postgres"
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.raw = conn
@@ -89,6 +93,8 @@ def migrate_postgres(conn: psycopg.Connection[Any]) -> int:
         for version in range(current, SCHEMA_VERSION):
             with conn.transaction():
                 conn.execute(POSTGRES_MIGRATIONS[version])  # type: ignore[arg-type]
+                if (follow_up := POSTGRES_FOLLOW_UPS.get(version + 1)) is not None:
+                    follow_up(_Conn(conn))
                 conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version + 1,))
             log.info("catalog database migrated to schema %d", version + 1)
     finally:
@@ -259,6 +265,12 @@ class PostgresCatalog(Catalog):
 
     def _indexed_by(self, index: str) -> str:
         return ""
+
+    def search_pages(
+        self, book_id: str, words: list[Word], fields: list[str], *, limit: int, offset: int
+    ) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
+        """As on SQLite, over the ``page_texts`` table (``page_text_sql.search``)."""
+        return page_text_sql.search(self, book_id, words, fields, limit=limit, offset=offset)
 
 
 class _Broken(Unavailable):

@@ -9,8 +9,17 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from importlib import resources
+from typing import Any
 
-__all__ = ["MIGRATIONS", "POSTGRES_MIGRATIONS", "SCHEMA_VERSION", "migrate", "migrations"]
+__all__ = [
+    "FOLLOW_UPS",
+    "MIGRATIONS",
+    "POSTGRES_FOLLOW_UPS",
+    "POSTGRES_MIGRATIONS",
+    "SCHEMA_VERSION",
+    "migrate",
+    "migrations",
+]
 
 
 def migrations(dialect: str) -> tuple[str, ...]:
@@ -42,6 +51,16 @@ def _index_page_text(conn: sqlite3.Connection) -> object:
 # Work a SQLite migration needs beyond SQL, run in the same transaction, by the version it brings the catalog to: an
 # existing catalog's pages are indexed when it gains the page index (the text is folded in Python).
 FOLLOW_UPS: dict[int, Callable[[sqlite3.Connection], object]] = {7: _index_page_text}
+
+
+def _index_page_texts_postgres(conn: Any) -> object:
+    from imagesvc.catalog import page_text_sql
+
+    return page_text_sql.build(conn)
+
+
+# The same for PostgreSQL (``catalog.postgres.migrate_postgres``), called with its write connection (``?`` SQL).
+POSTGRES_FOLLOW_UPS: dict[int, Callable[[Any], object]] = {7: _index_page_texts_postgres}
 
 
 def migrate(conn: sqlite3.Connection) -> int:

@@ -5,7 +5,8 @@ combining marks are dropped (Latin accents, Hebrew points and cantillation, Arab
 tatweel; case is left to the index. Scripts written without spaces (Chinese, Japanese kana, Korean syllables) are
 spelled one character a token, so any run of them is found as a phrase of characters: a substring search.
 
-Dialect-free: the SQLite full-text index (``page_text``) and any other backend fold with these same functions.
+Dialect-free: the SQLite full-text index (``page_text``) and PostgreSQL's term table (``page_text_sql``) fold with
+these same functions.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import unicodedata
 from dataclasses import dataclass
 from functools import cache
 
-__all__ = ["MAX_WORDS", "Word", "fold", "fold_char", "index_text", "is_cjk", "query_words"]
+__all__ = ["MAX_WORDS", "Word", "fold", "fold_char", "index_terms", "index_text", "is_cjk", "query_words"]
 
 MAX_WORDS = 32  # words a query may hold; more is refused, not silently cut
 
@@ -73,6 +74,12 @@ def index_text(text: str) -> str:
         return text.casefold()
     bare = unicodedata.normalize("NFC", unicodedata.normalize("NFKD", text).translate(_marks())).casefold()
     return _CJK_RUN.sub(lambda m: _grams(m.group()), bare)
+
+
+def index_terms(text: str) -> list[str]:
+    """The distinct terms of ``index_text(text)``, as a tokenizer that keeps runs of letters and digits reads them
+    (what an index without a tokenizer of its own stores: PostgreSQL's ``page_texts``)."""
+    return sorted(set(_TOKEN.findall(index_text(text))))
 
 
 @cache

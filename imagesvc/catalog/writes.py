@@ -1,6 +1,7 @@
 """Catalog writes made by ingest and by operators: books, pages with their renditions, illustrations, collections.
 
-Each function runs inside a transaction the caller opened with ``Catalog.transaction()``.
+Each function runs inside a transaction the caller opened with ``Catalog.transaction()``. The page-text index
+differs by dialect (``page_text`` on SQLite, ``page_text_sql`` on PostgreSQL, whose connection says ``dialect``).
 """
 
 from __future__ import annotations
@@ -8,9 +9,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from datetime import UTC, datetime
+from types import ModuleType
 from typing import Any
 
-from imagesvc.catalog import page_text
+from imagesvc.catalog import page_text, page_text_sql
 
 __all__ = [
     "delete_pages_not_in",
@@ -24,6 +26,11 @@ __all__ = [
 
 def _now() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+def _page_index(conn: Any) -> ModuleType:
+    """The page-text index module of the connection's dialect."""
+    return page_text_sql if getattr(conn, "dialect", "sqlite") == "postgres" else page_text
 
 
 def upsert_book(conn: sqlite3.Connection, book: dict[str, Any], source_hash: str) -> None:
@@ -91,7 +98,7 @@ def upsert_page(
     for iid in old_illus:
         conn.execute("DELETE FROM renditions WHERE owner = ?", (iid,))
     conn.execute("DELETE FROM illustrations WHERE page_id = ?", (pid,))
-    page_text.unindex_page(conn, page["book_id"], page["number"])
+    _page_index(conn).unindex_page(conn, page["book_id"], page["number"])
     conn.execute(
         """
         INSERT INTO pages (id, book_id, number, ocr, translation, original, image_unavailable, unavailable_reason,
@@ -107,7 +114,7 @@ def upsert_page(
         """,
         {"master_bytes": None, **page},
     )
-    page_text.index_page(conn, page["book_id"], page["number"], page)
+    _page_index(conn).index_page(conn, page["book_id"], page["number"], page)
     for owner, tiers in renditions.items():
         for tier, r in tiers.items():
             conn.execute(
@@ -158,7 +165,7 @@ def delete_pages_not_in(conn: sqlite3.Connection, book_id: str, numbers: list[in
         for (iid,) in conn.execute("SELECT id FROM illustrations WHERE page_id = ?", (pid,)).fetchall():
             conn.execute("DELETE FROM renditions WHERE owner = ?", (iid,))
         conn.execute("DELETE FROM renditions WHERE owner = ?", (pid,))
-        page_text.unindex_page(conn, book_id, number)
+        _page_index(conn).unindex_page(conn, book_id, number)
         conn.execute("DELETE FROM pages WHERE id = ?", (pid,))
 
 

@@ -5,6 +5,7 @@ illustrations, keys work, withdrawals hide at once, and each backend tells a rea
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -12,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from imagesvc.catalog import Catalog, illustration_id, page_id
+from imagesvc.catalog import Catalog, dataset, illustration_id, page_id
 from imagesvc.catalog import writes as w
 from imagesvc.catalog.api_keys import create_key, list_keys, lookup_key, revoke_key
 from imagesvc.catalog.library import BookFilters, author_name, query_books
 from imagesvc.catalog.schema import SCHEMA_VERSION
+from imagesvc.catalog.text_fold import query_words
 from imagesvc.search.text import matching_ids, text_search
 from tests.catalog.conftest import Backend
 
@@ -365,3 +367,64 @@ def test_json_columns_round_trip(library: Catalog) -> None:
     zohar = library.find_book("book-3", counts=False)
     assert zohar is not None and zohar["edition_languages"] == ["Hebrew", "English"] and zohar["chapters"] == []
     assert json.loads(json.dumps(zohar))["edition"] == {}
+
+
+def test_the_change_log_records_create_update_and_delete_on_both_backends(library: Catalog) -> None:
+    """The bulk dataset's change feed (triggers of migration 6): a new book is a Create, a new source manifest hash an
+    Update (the same hash written again is nothing), a withdrawal a Delete, a withdrawn book coming back a Create."""
+    start = dataset.change_count(library)
+    assert start == 3 and {c["kind"] for c in dataset.changes(library, 1, start)} == {"Create"}
+    fresh = book(5, title="Musaeum Hermeticum")
+    write_book(library, fresh, {1: [], 2: []})  # hash-1
+    write_book(library, fresh, {1: [], 2: []})  # the same manifest again: no change
+    with library.transaction() as conn:
+        w.upsert_book(conn, fresh, "hash-2")
+    with library.transaction() as conn:
+        assert w.withdraw_book(conn, fresh["id"])
+        assert w.withdraw_book(conn, fresh["id"])  # already withdrawn: no second Delete
+    with library.transaction() as conn:
+        w.upsert_book(conn, fresh, "hash-2")  # back, with the hash it had
+    logged = dataset.changes(library, start + 1, dataset.change_count(library))
+    assert [(c["book_id"], c["slug"], c["kind"]) for c in logged] == [
+        (fresh["id"], "book-5", kind) for kind in ("Create", "Update", "Delete", "Create")
+    ]
+    assert [c["seq"] for c in logged] == list(range(start + 1, start + 5))
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", c["at"]) for c in logged)
+    assert dataset.book_versions(library, [fresh["id"], "no-such-book"]) == {
+        fresh["id"]: {"seq": start + 4, "at": max(c["at"] for c in logged)}
+    }
+    assert dataset.changes(library, start + 2, start + 2)[0]["kind"] == "Update"
+
+
+def test_the_dataset_listing_pages_through_live_books(library: Catalog) -> None:
+    herbal, atlas = book(1)["id"], book(2)["id"]
+    assert dataset.dataset_total(library, None) == 5 and dataset.dataset_total(library, "BOOK-1") == 3
+    first = dataset.dataset_pages(library, None, 2, None)
+    assert [(r["book_id"], r["number"]) for r in first] == [(herbal, 1), (herbal, 2)]
+    after = dataset.dataset_pages(library, (herbal, 2), 10, None)
+    assert [(r["book_id"], r["number"]) for r in after][:2] == [(herbal, 3), (atlas, 1)]
+    assert after[0]["slug"] == "book-1" and after[0]["image_unavailable"] == 1
+    assert [r["number"] for r in dataset.archive_pages(library, herbal, 1, 3, "thumb")] == [1, 2, 3]
+    assert all(r["stored"] for r in dataset.archive_pages(library, herbal, 1, 3, "thumb"))
+    assert not any(r["stored"] for r in dataset.archive_pages(library, herbal, 1, 3, "large"))
+    with library.transaction() as conn:
+        w.withdraw_book(conn, herbal)
+    assert dataset.dataset_total(library, None) == 2 and dataset.dataset_pages(library, None, 10, "book-1") == []
+
+
+def test_page_listing_and_page_search_on_both_backends(library: Catalog) -> None:
+    herbal, zohar = book(1)["id"], book(3)["id"]
+    listed = library.page_list(herbal)
+    assert [(p["number"], bool(p["has_ocr"]), bool(p["has_translation"])) for p in listed] == [
+        (1, True, False),
+        (2, True, False),
+        (3, True, False),
+    ]
+    assert "ocr" not in listed[0] and listed[2]["image_unavailable"] == 1
+    found, total = library.search_pages(zohar, query_words('"the beginning"'), ["translation"], limit=5, offset=0)
+    assert (found, total) == ([(1, 1.1, ("translation",))], 1)
+    assert library.search_pages(herbal, query_words("page"), ["ocr"], limit=2, offset=1) == (
+        [(2, 1.1, ("ocr",)), (3, 1.1, ("ocr",))],
+        3,
+    )
+    assert library.search_pages("no-such-book", query_words("page"), ["ocr"], limit=5, offset=0) == ([], 0)

@@ -1,20 +1,25 @@
-"""Search inside a book at the catalog: the page index ingest keeps, in the library's scripts, against hostile queries.
+"""Search inside a book at the catalog: the page index ingest keeps, in the library's scripts, against hostile queries,
+on both backends (``backend``: SQLite's FTS5 index and PostgreSQL's term table must find the same pages, same order).
 
 Pages are written through ``catalog.writes`` as ingest writes them (no images needed); the index follows every write.
 """
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from imagesvc.catalog import Catalog
+from imagesvc.catalog import Catalog, dataset
 from imagesvc.catalog import writes as w
-from imagesvc.catalog.schema import MIGRATIONS
+from imagesvc.catalog.schema import MIGRATIONS, POSTGRES_MIGRATIONS
 from imagesvc.catalog.text_fold import MAX_WORDS, query_words
+from tests.catalog.conftest import Backend
+from tests.servers import create_database
 
 ALL = ["ocr", "translation", "original"]
 NO_IMAGE = {
@@ -61,8 +66,8 @@ def write_book(catalog: Catalog, book_id: str, pages: dict[int, tuple[str | None
 
 
 @pytest.fixture
-def catalog() -> Catalog:
-    catalog = Catalog(":memory:")
+def catalog(backend: Backend) -> Catalog:
+    catalog = backend.open()
     write_book(catalog, "aaaa", PAGES)
     write_book(catalog, "bbbb", {1: ("黃金 gold furnace", "gold", None)})
     return catalog
@@ -106,8 +111,8 @@ def test_a_search_stays_inside_its_book_and_its_fields(catalog: Catalog) -> None
     assert pages_for(catalog, "gold", book="no-such-book") == []
 
 
-def test_ranking_puts_pages_whose_texts_all_hold_the_words_first() -> None:
-    catalog = Catalog(":memory:")
+def test_ranking_puts_pages_whose_texts_all_hold_the_words_first(backend: Backend) -> None:
+    catalog = backend.open()
     write_book(catalog, "cccc", {1: ("sulphur once", None, None),
                                  2: ("sulphur", "sulphur and salt", "sulphur et sal"),
                                  3: ("salt", "sulphur", None),
@@ -122,7 +127,7 @@ def test_ranking_puts_pages_whose_texts_all_hold_the_words_first() -> None:
     assert (second, total) == ([found[1]], 3)
 
 
-def test_the_index_follows_rewrites_and_removed_pages(catalog: Catalog) -> None:
+def test_the_index_follows_rewrites_and_removed_pages(catalog: Catalog, backend: Backend) -> None:
     write_book(catalog, "aaaa", {1: ("Argentum vivum.", None, None)})
     assert pages_for(catalog, "黃金") == []
     assert pages_for(catalog, "argentum") == [1]
@@ -131,7 +136,8 @@ def test_the_index_follows_rewrites_and_removed_pages(catalog: Catalog) -> None:
     assert pages_for(catalog, "secret") == []
     assert sorted(pages_for(catalog, "alchemy")) == [3]
     # the index holds exactly the live texts, one row each: pages 1, 2, 3, 5 of aaaa and page 1 of bbbb
-    assert catalog.query_one("SELECT count(*) AS n FROM pages_fts")["n"] == 1 + 3 + 3 + 1 + 2  # type: ignore[index]
+    table = "pages_fts" if backend.dialect == "sqlite" else "page_texts"
+    assert catalog.query_one(f"SELECT count(*) AS n FROM {table}")["n"] == 1 + 3 + 3 + 1 + 2  # type: ignore[index]
 
 
 @pytest.mark.parametrize(
@@ -164,3 +170,54 @@ def test_an_existing_catalog_gets_its_pages_indexed_by_the_migration(tmp_path: P
     catalog = Catalog(path)
     assert catalog.schema_version == len(MIGRATIONS)
     assert pages_for(catalog, "ספר", book="dddd") == [1]
+    assert [(c["book_id"], c["kind"], c["at"]) for c in dataset.changes(catalog, 1, 10)] == [("dddd", "Create", "now")]
+
+
+def test_an_existing_postgres_catalog_gets_its_pages_indexed_by_the_migration(postgres_server: Any) -> None:
+    import psycopg
+
+    from imagesvc.catalog.postgres import PostgresCatalog
+
+    url = create_database(postgres_server, f"t_{secrets.token_hex(6)}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        for number, script in enumerate(POSTGRES_MIGRATIONS[:5], 1):
+            conn.execute(script)  # type: ignore[arg-type]
+            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (number,))
+        conn.execute("INSERT INTO books (id, slug, title, author, language, institution, item_url, source_hash,"
+                     " ingested_at) VALUES ('dddd', 'old', 'Old', 'A', 'Hebrew', 'I', 'u', 'h', 'now')")  # fmt: skip
+        conn.execute("INSERT INTO pages (id, book_id, number, ocr, translation) VALUES"
+                     " ('dddd-1', 'dddd', 1, 'סֵפֶר הַיְּצִירָה', 'Book of Formation'),"
+                     " ('dddd-2', 'dddd', 2, '黃金之書', NULL)")  # fmt: skip
+    catalog = PostgresCatalog(url, pool_size=2)
+    assert catalog.schema_version == len(POSTGRES_MIGRATIONS)
+    assert pages_for(catalog, "ספר", book="dddd") == [1]
+    assert pages_for(catalog, "formation", ["translation"], book="dddd") == [1]
+    assert pages_for(catalog, "金之", book="dddd") == [2]
+    # migration 6 logged the book it found as created at its ingest time (the bulk dataset's change feed)
+    assert [(c["book_id"], c["kind"], c["at"]) for c in dataset.changes(catalog, 1, 10)] == [("dddd", "Create", "now")]
+    catalog.close()
+
+
+def test_two_writers_of_one_page_at_once_leave_the_later_text_indexed(backend: Backend) -> None:
+    """Two ingesters rewrite one page together: the later commit's text is what the search finds, with no key
+    conflict (on PostgreSQL the second waits on the page row, then replaces the texts the first committed)."""
+    first, second = backend.open(), backend.open()
+    write_book(first, "eeee", {1: ("prima materia", None, None)})
+    inside = threading.Event()
+    release = threading.Event()
+
+    def slow_writer() -> None:
+        with first.transaction() as conn:
+            w.upsert_page(conn, _page("eeee", 1, ("sal ammoniac", "salt", None)), {}, [])
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=slow_writer)
+    thread.start()
+    assert inside.wait(10)
+    threading.Timer(0.5, release.set).start()  # the second writer is waiting on the first by then
+    write_book(second, "eeee", {1: ("aqua regia", None, None)})
+    thread.join(10)
+    assert pages_for(second, "aqua", book="eeee") == [1]
+    assert pages_for(second, "ammoniac", book="eeee") == pages_for(second, "salt", book="eeee") == []
