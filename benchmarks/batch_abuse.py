@@ -33,7 +33,7 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.servers import free_port  # noqa: E402
+from tests.servers import free_port, wait_healthy  # noqa: E402
 
 __all__ = ["main"]
 
@@ -145,17 +145,7 @@ async def _run(seconds: float, work: Path) -> None:
     proc = subprocess.Popen([IMAGESVC, "serve"], env=env | {"IMAGESVC_PORT": str(port)}, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(300):
-                if proc.poll() is not None:
-                    raise SystemExit(f"serve exited:\n{(work / 'serve.log').read_text()[-3000:]}")
-                try:
-                    async with session.get(f"{url}/health") as resp:
-                        if resp.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
+        wait_healthy(url, proc, work / "serve.log", timeout=30)
         print(f"RSS at start: {_rss_mib(proc.pid):.0f} MiB")
         phases = [
             ("idle", 0, None, {}),

@@ -40,7 +40,7 @@ from PIL import Image, ImageOps
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.servers import free_port  # noqa: E402
+from tests.servers import free_port, wait_healthy  # noqa: E402
 
 __all__ = ["main"]
 
@@ -180,16 +180,7 @@ async def _run(seconds: float, senders: int, work: Path) -> None:
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
-            for _ in range(600):
-                if proc.poll() is not None:
-                    raise SystemExit(f"serve exited:\n{(work / 'serve.log').read_text()[-3000:]}")
-                try:
-                    async with session.get(f"{url}/health") as resp:
-                        if resp.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
+            wait_healthy(url, proc, work / "serve.log", timeout=60)
             t0 = time.monotonic()
             for _ in range(4):  # each worker builds its block index on its first query
                 auth = {"Authorization": f"Bearer {key}", "Content-Type": "image/jpeg"}

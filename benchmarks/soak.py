@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from fixtures.generate import generate  # noqa: E402
-from tests.servers import free_port, start_redis  # noqa: E402
+from tests.servers import free_port, start_redis, wait_healthy  # noqa: E402
 
 __all__ = ["main"]
 
@@ -376,17 +376,8 @@ async def _run(args: Any, work: Path, redis_url: str, s3: str, procs: list[subpr
         procs.append(subprocess.Popen([IMAGESVC, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT))
         nodes.append(f"http://127.0.0.1:{port}")
     async with aiohttp.ClientSession() as session:
-        for url, proc in zip(nodes, procs, strict=True):
-            for _ in range(300):
-                if proc.poll() is not None:
-                    raise SystemExit(f"a node exited:\n{(work / 'node-a.log').read_text()[-3000:]}")
-                try:
-                    async with session.get(f"{url}/health") as resp:
-                        if resp.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
+        for name, url, proc in zip("ab", nodes, procs, strict=True):
+            wait_healthy(url, proc, work / f"node-{name}.log", timeout=30)
         lib = await _discover(session, nodes[0])
     print(
         f"library: {len(lib['slugs'])} books, {len(lib['pages'])} pages with images, {len(lib['illus'])} illustrations"

@@ -32,6 +32,7 @@ __all__ = [
     "start_moto",
     "start_postgres",
     "start_redis",
+    "wait_healthy",
 ]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,6 +79,25 @@ def descendants(root: int) -> set[int]:
         frontier = {pid for pid, ppid in by_pid.items() if ppid in frontier} - found
         found |= frontier
     return found
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, *, timeout: float = 60.0) -> None:
+    """Wait until ``url``/health answers 200 from the serve in ``proc``; its log's tail if it exits first."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"serve exited:\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} was not healthy within {timeout:.0f} s")
 
 
 def free_port() -> int:
