@@ -3,7 +3,7 @@ index memory and indexing CPU per illustration, over a generated library of wood
 (``fixtures/woodcuts.py``), beside the former pHash-window brute force on a subset measured in the same run.
 
 Usage: .venv/bin/python benchmarks/image_search.py [--size 20000] [--queries 30] [--reference 600] [--workers 2]
-       [--neighbours 8] [--nprobe 8]
+       [--neighbours 8] [--nprobe 8] [--candidates 60] [--cache DIR]
 
 Indexing is what ``imagesvc index`` does per illustration: the stored picture (a JPEG at 600-1,000 px) decoded
 reduced, ORB features extracted, on ``--workers`` processes; then the faiss index built. Rendering the synthetic
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import phash_reference as ref
 from fixtures.woodcuts import DEGRADATIONS, Illustration, degrade, library, render
 from imagesvc.search import feature_index
-from imagesvc.search.feature_index import FLAT_UNTIL, build_index, same_block
+from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index, same_block
 from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, STORED_SIDE, Features, decode_reduced, extract
 
 __all__ = ["main"]
@@ -97,32 +97,9 @@ def _report(name: str, rows: dict[str, list[tuple[float, int, int, float, float]
     print(f"{'all':12} {a[:, 0].mean():9.3f} {a[:, 1].sum() / max(1, a[:, 2].sum()):15.3f} {p50:7.0f} {p95:7.0f}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=int, default=20_000)
-    parser.add_argument("--queries", type=int, default=30, help="query printings per degradation")
-    parser.add_argument("--reference", type=int, default=600, help="illustrations in the brute-force subset")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument(
-        "--neighbours", type=int, default=feature_index.K, help="stored neighbours per query descriptor"
-    )
-    parser.add_argument("--nprobe", type=int, default=feature_index.NPROBE, help="inverted lists probed")
-    args = parser.parse_args()
+def _build(lib: list[Illustration], size: int, args: argparse.Namespace) -> tuple[FeatureIndex, str]:
+    """Indexing as ``imagesvc index`` does it, timed: features on all workers, then the faiss index."""
     import faiss
-
-    feature_index.K = args.neighbours
-    feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe,)  # built by build_index with the default
-
-    size = args.size
-    lib = library(size)
-    blocks: dict[int, set[int]] = {}
-    for ill in lib:
-        blocks.setdefault(ill.block, set()).add(ill.number)
-    print(
-        f"library: {size} illustrations, {sum(i.kind == 'printing' for i in lib)} printings of "
-        f"{len({i.block for i in lib if i.kind == 'printing'})} reused blocks, {sum(i.kind == 'recut' for i in lib)} "
-        f"recuts; {args.workers} workers; machine load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
-    )
 
     # indexing: features on all workers, then the faiss index
     rss0 = _rss_mb()
@@ -157,6 +134,76 @@ def main() -> None:
         f"({index.memory_bytes() / size / 1024:.1f} KiB per illustration); process max RSS grew "
         f"{_rss_mb() - rss0:.0f} MiB"
     )
+    return index, kind
+
+
+def _cache_paths(cache: Path, size: int) -> tuple[Path, Path]:
+    return cache / f"features-{size}.faiss", cache / f"positions-{size}.npz"
+
+
+def _save_cache(cache: Path, size: int, index: FeatureIndex) -> None:
+    import faiss
+
+    cache.mkdir(parents=True, exist_ok=True)
+    codes, where = _cache_paths(cache, size)
+    faiss.write_index_binary(index.index, str(codes))
+    np.savez(where, counts=np.array([len(a) for a in index.xy]), xy=np.concatenate(index.xy))
+
+
+def _load_cache(cache: Path, size: int) -> FeatureIndex | None:
+    import faiss
+
+    codes, where = _cache_paths(cache, size)
+    if not (codes.exists() and where.exists()):
+        return None
+    stored = np.load(where)
+    xy = np.split(stored["xy"], np.cumsum(stored["counts"])[:-1])
+    return FeatureIndex(faiss.read_index_binary(str(codes)), xy)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=20_000)
+    parser.add_argument("--queries", type=int, default=30, help="query printings per degradation")
+    parser.add_argument("--reference", type=int, default=600, help="illustrations in the brute-force subset")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--neighbours", type=int, default=0, help="stored neighbours per query descriptor (0: by library size)"
+    )
+    parser.add_argument("--nprobe", type=int, default=feature_index.NPROBE, help="inverted lists probed")
+    parser.add_argument("--candidates", type=int, default=feature_index.CANDIDATES, help="verified per query")
+    parser.add_argument(
+        "--cache", type=Path, help="keep the extracted features and the built index here, reused by a later run"
+    )
+    args = parser.parse_args()
+
+    feature_index.K = args.neighbours
+    feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe,)  # built by build_index with the default
+    feature_index.CANDIDATES = args.candidates
+    feature_index.FeatureIndex.candidates.__defaults__ = (None, args.candidates)
+
+    size = args.size
+    lib = library(size)
+    blocks: dict[int, set[int]] = {}
+    for ill in lib:
+        blocks.setdefault(ill.block, set()).add(ill.number)
+    print(
+        f"library: {size} illustrations, {sum(i.kind == 'printing' for i in lib)} printings of "
+        f"{len({i.block for i in lib if i.kind == 'printing'})} reused blocks, {sum(i.kind == 'recut' for i in lib)} "
+        f"recuts; {args.workers} workers; machine load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+
+    cached = _load_cache(args.cache, size) if args.cache else None
+    if cached is not None:
+        index = cached
+        kind = type(index.index).__name__
+        print(f"index: loaded from {args.cache} (indexing figures: see the run that built it)")
+    else:
+        index, kind = _build(lib, size, args)
+        if args.cache:
+            _save_cache(args.cache, size, index)
+    if hasattr(index.index, "nprobe"):
+        index.index.nprobe = args.nprobe
 
     # queries on the whole library
     queries = _query_set(lib, args.queries, 1)

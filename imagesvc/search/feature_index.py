@@ -6,14 +6,14 @@ nearest of ``nlist`` binary centroids, a query descriptor compared only with the
 it is large. A descriptor's faiss id is ``illustration number << 12 | keypoint number``, so a hit says whose it is
 and where it sits without another table.
 
-A query's descriptors each find their ``K`` nearest stored descriptors; each illustration gets one vote per query
-descriptor, weighted by how rare the hit is (an idf: a descriptor that hits many illustrations, a frame corner or a
-hatch, says little). The ``CANDIDATES`` best voted are then verified geometrically: RANSAC fits a 4-degree-of-freedom
-similarity (scale, rotation, shift; ``cv2.estimateAffinePartial2D``) to the query-to-stored keypoint pairs, and the
-pairs that agree with it (inliers) are counted. A printing of the same block lines up everywhere; a copy recut by
-another hand or a picture of the same subject lines up only piecewise, so few pairs agree. ``same_block`` needs
-``SAME_BLOCK_INLIERS`` pairs within ``TIGHT_PX`` of one homography (``_tight``) and a fraction ``SAME_BLOCK_RATIO``
-of the best candidate's.
+A query's descriptors each find their ``neighbours(count)`` nearest stored descriptors (more in a larger library); each
+illustration gets one vote per query descriptor, weighted by how rare the hit is (an idf: a descriptor that hits many
+illustrations, a frame corner or a hatch, says little). The ``CANDIDATES`` best voted are then verified geometrically:
+RANSAC fits a 4-degree-of-freedom similarity (scale, rotation, shift; ``cv2.estimateAffinePartial2D``) to the
+query-to-stored keypoint pairs, and the pairs that agree with it (inliers) are counted. A printing of the same block
+lines up everywhere; a copy recut by another hand or a picture of the same subject lines up only piecewise, so few pairs
+agree. ``same_block`` needs ``SAME_BLOCK_INLIERS`` pairs within ``TIGHT_PX`` of one homography (``_tight``) and a
+fraction ``SAME_BLOCK_RATIO`` of the best candidate's.
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ from imagesvc.search.features import Features
 __all__ = ["Candidate", "FeatureIndex", "build_index"]
 
 KP_BITS = 12  # keypoints per illustration < 4096
-K = 8  # stored neighbours per query descriptor
+K = 0  # stored neighbours per query descriptor; 0: ``neighbours(count)``
+K_PER = 150  # illustrations per neighbour: look-alikes of a printing grow with the library, so must K
+K_MIN, K_MAX = 8, 64
 MAX_HAMMING = 64  # of 256 bits: a farther neighbour is no match
-CANDIDATES = 60  # verified by RANSAC per query
+CANDIDATES = 400  # verified by RANSAC per query (about 0.4 ms each)
 MIN_PAIRS = 6
 MIN_SCALE = 0.05  # query-to-stored scale of a plausible transform, and its inverse
 RANSAC_PX = 8.0  # reprojection error allowed, pixels of the stored (reduced) illustration
@@ -56,6 +58,14 @@ class Candidate:
 def _nlist(descriptors: int) -> int:
     """Inverted lists for ``descriptors`` stored: about 2 sqrt(n), a power of two, 1,024 to 65,536."""
     return int(min(65536, max(1024, 2 ** round(math.log2(2 * math.sqrt(descriptors))))))
+
+
+def neighbours(count: int) -> int:
+    """Stored neighbours each query descriptor keeps in a library of ``count`` illustrations: one per ``K_PER``,
+    ``K_MIN`` to ``K_MAX``. Too few, and in a large library a printing's descriptors are crowded out by look-alikes
+    (frame corners, hatching of the same subject); too many in a small one, and every illustration gets pairs
+    enough to drown RANSAC in chance ones."""
+    return int(min(K_MAX, max(K_MIN, count // K_PER)))
 
 
 def _ids(number: int, count: int) -> np.ndarray:
@@ -92,7 +102,8 @@ class FeatureIndex:
         ``allowed``: a boolean mask over illustration numbers (``None``: all)."""
         if len(query.desc) == 0 or self.descriptors == 0:
             return []
-        dist, hits = self.index.search(query.desc, K)  # type: ignore[attr-defined]
+        k = K or neighbours(self.count)
+        dist, hits = self.index.search(query.desc, k)  # type: ignore[attr-defined]
         ok = (hits >= 0) & (dist <= MAX_HAMMING)
         owner = np.where(ok, hits >> KP_BITS, -1)
         if allowed is not None:
@@ -105,7 +116,7 @@ class FeatureIndex:
         _, first = np.unique(key, return_index=True)
         qn, slot, own = qn[first], slot[first], own[first]
         spread = np.bincount(qn, minlength=len(query.desc))  # illustrations each query descriptor hit
-        weight = np.log1p(K / spread[qn])  # idf: a hit shared by many illustrations says little
+        weight = np.log1p(k / spread[qn])  # idf: a hit shared by many illustrations says little
         weight *= 1.0 - dist[qn, slot] / (MAX_HAMMING + 1)
         votes = np.bincount(own, weights=weight, minlength=self.count)
         top = np.argsort(-votes, kind="stable")[:limit]
