@@ -32,16 +32,21 @@ def make_client(aiohttp_client: Any, data_dir: Path) -> MakeClient:
     return make
 
 
+# The default client and server let a search wait for the text model and the indexes (search_wait), so that two
+# doors asked a moment apart rank alike; tests of the keyword-only start ask make_client for a short wait themselves.
+SETTLED = {"search_wait": 120}
+
+
 @pytest.fixture
 async def client(make_client: MakeClient) -> TestClient:
-    return await make_client()
+    return await make_client(**SETTLED)
 
 
 @pytest.fixture
 async def server(data_dir: Path) -> AsyncIterator[TestServer]:
     """The real app on a loopback port, for clients that bring their own HTTP stack (the official MCP client, raw
     sockets)."""
-    srv = TestServer(build_app(settings_for(data_dir)), host="127.0.0.1")
+    srv = TestServer(build_app(settings_for(data_dir, **SETTLED)), host="127.0.0.1")
     await srv.start_server()
     yield srv
     await srv.close()

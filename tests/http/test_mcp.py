@@ -91,6 +91,7 @@ async def examples(session: ClientSession) -> dict[str, dict[str, Any]]:
         "get_book_archive": {"book_id": BOOK, "to": 2},
         "list_dataset_images": {"limit": 2},
         "list_dataset_changes": {},
+        "search_within_book": {"book_id": BOOK, "q": "the", "limit": 2},
     }
     names = {t.name for t in (await session.list_tools()).tools}
     if "get_book_images" in names:
