@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,6 +69,21 @@ def _row(row: sqlite3.Row | None) -> dict[str, Any] | None:
     return out
 
 
+def _use_wal(conn: sqlite3.Connection, wait: float = 5.0) -> None:
+    """Put the file in WAL mode. Turning a new file to WAL needs a lock that another process opening (and
+    migrating) it at the same moment may hold, and SQLite answers "locked" then without its busy handler: retry."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 class Catalog:
     """One connection to the catalog file (WAL mode), migrated to the current schema on open."""
 
@@ -79,9 +95,9 @@ class Catalog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA foreign_keys = ON")
         self._conn.execute("PRAGMA busy_timeout = 5000")
+        _use_wal(self._conn)
+        self._conn.execute("PRAGMA foreign_keys = ON")
         self.schema_version = migrate(self._conn)
 
     def close(self) -> None:

@@ -89,7 +89,7 @@ def load_blocks(data_dir: Path) -> BlockIndex | None:
     except FileNotFoundError:
         return None
     digest = pointer["digest"]
-    with np.load(folder / f"index-{digest}.npz", allow_pickle=False) as data:
+    with open(folder / f"index-{digest}.npz", "rb") as f, np.load(f, allow_pickle=False) as data:
         ids, content = data["ids"].tolist(), data["content"].tolist()
         counts, xy = data["counts"], data["xy"]
     starts = np.concatenate([[0], np.cumsum(counts)])
@@ -116,7 +116,8 @@ def _read_shards(folder: Path, wanted: set[str]) -> dict[str, tuple[str, int]]:
     out: dict[str, tuple[str, int]] = {}
     for path in sorted(folder.glob("*.npz")):
         try:
-            with np.load(path, allow_pickle=False) as data:
+            # our own file object: np.load leaves a file it opened itself open when the archive is cut short
+            with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:
                 keys = data["keys"].tolist()
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:  # cut short by a killed run: made again
             log.warning("ignoring unreadable %s: %s", path, exc)
@@ -142,7 +143,7 @@ def _write_shard(folder: Path, keys: list[str], feats: list[tuple[np.ndarray, np
 
 
 def _load_shard(path: Path) -> tuple[list[str], list[Features]]:
-    with np.load(path, allow_pickle=False) as data:
+    with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:
         keys, counts, xy, desc = data["keys"].tolist(), data["counts"], data["xy"], data["desc"]
     starts = np.concatenate([[0], np.cumsum(counts)])
     feats = [Features(xy[starts[n] : starts[n + 1]], desc[starts[n] : starts[n + 1]], (0, 0)) for n in range(len(keys))]
