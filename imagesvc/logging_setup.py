@@ -104,4 +104,7 @@ def configure_logging(level: str, fmt: str = "text", stream: IO[str] | None = No
     setattr(handler, _OURS, True)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # faiss's loader reports each CPU-specific build it tries and cannot load (ModuleNotFoundError for AVX512 on a
+    # CPU without it) at INFO: expected on most machines, and alarming in a newcomer's first log.
+    logging.getLogger("faiss.loader").setLevel(max(logging.WARNING, root.level))
     return handler
