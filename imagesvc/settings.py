@@ -325,6 +325,9 @@ class Settings:
         "Bytes of decoded pixels the searches by image running at once may hold; a search waits for its share.",
         _positive_int,
     )
+    # Not a variable: whether IMAGESVC_SITE_URL was given (so public ids may be built from it rather than from the
+    # Host header a client sent), as opposed to filled with the default http://HOST:PORT.
+    site_url_configured: bool = field(default=False, compare=False)
 
     @property
     def image_base(self) -> str:
@@ -346,7 +349,7 @@ class Settings:
         return out
 
 
-FIELDS: tuple[dataclasses.Field[Any], ...] = dataclasses.fields(Settings)
+FIELDS: tuple[dataclasses.Field[Any], ...] = tuple(f for f in dataclasses.fields(Settings) if "parse" in f.metadata)
 
 
 def env_name(spec: dataclasses.Field[Any]) -> str:
@@ -372,7 +375,9 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
             raise SettingsError(f"{env_name(spec)}={raw!r} is not valid: {exc}") from exc
     values.update(overrides)
     settings = Settings(**values)
-    if not settings.site_url:
+    if settings.site_url:
+        settings = dataclasses.replace(settings, site_url_configured=True)
+    else:
         settings = dataclasses.replace(settings, site_url=f"http://{settings.host}:{settings.port}")
     if settings.storage == "s3" and not settings.image_host:
         raise SettingsError("IMAGESVC_IMAGE_HOST must be set when IMAGESVC_STORAGE=s3 (the public bucket's base URL)")

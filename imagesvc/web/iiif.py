@@ -34,16 +34,25 @@ PROFILE_LINK = '<http://iiif.io/api/image/3/level2.json>;rel="profile"'
 
 
 def service_base(request: web.Request) -> str:
-    """``scheme://host/iiif/3`` as the client addressed us: info.json ids must equal the URL the client used. Every
-    response that carries it varies by ``Host`` (``Vary: Host``), so a cache never serves one Host's ids to another."""
+    """The IIIF base of every id and ``Location``: ``IMAGESVC_SITE_URL/iiif/3`` when the site URL is configured (a
+    client's ``Host`` header is never reflected), else ``scheme://host/iiif/3`` as the client addressed us, in which
+    case the response varies by ``Host`` (``host_vary``), so a cache never serves one Host's ids to another."""
+    settings = request.app[SERVICES].settings
+    if settings.site_url_configured:
+        return f"{settings.site_url.rstrip('/')}/iiif/3"
     return f"{request.scheme}://{request.host}/iiif/3"
+
+
+def host_vary(request: web.Request) -> list[str]:
+    """``["Host"]`` when ids are built from the request's Host header, else nothing."""
+    return [] if request.app[SERVICES].settings.site_url_configured else ["Host"]
 
 
 def _json_ld(request: web.Request, body: dict[str, object], context: str, headers: dict[str, str]) -> web.Response:
     """JSON-LD with its profile when the client asks for it, plain JSON otherwise."""
     wants_ld = "application/ld+json" in request.headers.get("Accept", "")
     ctype = f'application/ld+json;profile="{context}"' if wants_ld else "application/json"
-    headers = {**headers, "Content-Type": ctype, "Vary": "Accept, Authorization, Host"}
+    headers = {**headers, "Content-Type": ctype, "Vary": ", ".join(["Accept", "Authorization", *host_vary(request)])}
     return web.Response(body=json.dumps(body, ensure_ascii=False).encode(), headers=headers)
 
 
@@ -71,7 +80,8 @@ async def base_redirect(request: web.Request) -> web.Response:
     identifier = request.match_info["identifier"]
     await resolve_source(request.app[SERVICES], tool_call(request), identifier, clean=False)
     location = f"{service_base(request)}/{quote(identifier, safe=':')}/info.json"
-    return web.Response(status=303, headers={"Location": location, "Vary": "Host"})
+    vary = {"Vary": "Host"} if host_vary(request) else {}
+    return web.Response(status=303, headers={"Location": location, **vary})
 
 
 CLEAN = {

@@ -21,6 +21,7 @@ from imagesvc.catalog.api_keys import create_key
 from imagesvc.iiif.cache import CACHE_PREFIX
 from imagesvc.storage.local import LocalStore
 from imagesvc.web.app_keys import ACCESS, IIIF
+from tests.library import SITE
 
 SLUG = "demo-speculum-fornacum"
 
@@ -62,7 +63,7 @@ async def test_info_json_describes_a_level2_service(client: TestClient) -> None:
     assert resp.status == 200
     assert resp.headers["Content-Type"].startswith("application/json")
     assert resp.headers["Access-Control-Allow-Origin"] == "*"
-    assert info["id"] == f"http://{client.host}:{client.port}/iiif/3/{page}"
+    assert info["id"] == f"{SITE}/iiif/3/{page}"  # the configured site URL, not the Host header
     assert (info["type"], info["profile"], info["protocol"]) == ("ImageService3", "level2", "http://iiif.io/api/image")
     assert info["tiles"][0]["width"] == 512 and info["tiles"][0]["scaleFactors"][0] == 1
     assert {"width": info["width"], "height": info["height"]} in info["sizes"]
