@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from imagesvc.catalog import fold, illustration_key
@@ -103,7 +104,8 @@ async def search_images(
 
     Filters apply before ranking; at most ``maxPerBook`` results per book. Each item has a ``similarity`` (the
     ranking score; ``min_score`` drops lower ones), its ``scores`` per signal and its near-duplicates' ids in
-    ``duplicates``; with ``fold_duplicates`` only the best of each group is shown. ``total`` counts illustrations.
+    ``duplicates``; with ``fold_duplicates`` only the best of each group is shown. ``total`` counts illustrations
+    (as ranked; one withdrawn a moment ago is not shown, and the next result fills its place).
     ``search.signals`` says which signals ranked the results. Without ``query`` or ``like`` the listing is in catalog
     order and ``next_cursor`` continues it past any offset: with a high ``maxPerBook`` (1000) this enumerates every
     live illustration exactly once. Errors: unknown book, collection or ``like`` id (not_found); a cursor with a
@@ -132,7 +134,50 @@ async def search_images(
         after=cursor,
         **filters,
     )
-    found = await engine.search(q)
+    found, items = await _filled_page(services, engine, q)
+    status = engine.status()
+    status["signals"] = found.signals
+    status["mode"] = "+".join(found.signals)
+    if parsed.negative:
+        status["excluded_terms"] = list(parsed.negative)
+    if found.corrected:
+        status["corrected"] = found.corrected
+    unranked = q.text is None and like is None
+    more = found.ranked.more or len(items) > limit
+    items = items[:limit]
+    last = items[-1]["id"] if items else None
+    return envelope(
+        items,
+        total=found.ranked.total,
+        limit=limit,
+        offset=offset,
+        has_more=more,
+        next_cursor=last if unranked and more else None,
+        search=status,
+    )
+
+
+FILL_TRIES = 3
+
+
+async def _filled_page(services: Services, engine: Any, q: Query) -> tuple[Any, list[dict[str, Any]]]:
+    """Rank ``q`` and build its items. Results ranked on the search snapshot but withdrawn from the catalog since are
+    not shown; the page is filled with the next ranked results in their place (the search is asked again for as
+    many more as were dropped, a few times at most), so a page is short only at the end of the results. May return
+    one item past ``q.limit``, which says that more follow."""
+    ask = q
+    for _ in range(FILL_TRIES):
+        found = await engine.search(ask)
+        items = _items(services, found)
+        dropped = len(found.ranked.rows) - len(items)
+        if not dropped or not found.ranked.more or len(items) > q.limit:
+            break
+        ask = dataclasses.replace(q, limit=ask.limit + dropped + 1)
+    return found, items
+
+
+def _items(services: Services, found: Any) -> list[dict[str, Any]]:
+    """The live items of one ranked page, each with its scores and near-duplicates."""
     table, ranked = found.table, found.ranked
     extra = []
     for row, s, c, t, dups in zip(
@@ -146,25 +191,7 @@ async def search_images(
             "keyword": _rounded(found.fts.get(iid)),
         }
         extra.append({"similarity": s, "scores": scores, "duplicates": [table.ids[d] for d in dups]})
-    items = gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
-    status = engine.status()
-    status["signals"] = found.signals
-    status["mode"] = "+".join(found.signals)
-    if parsed.negative:
-        status["excluded_terms"] = list(parsed.negative)
-    if found.corrected:
-        status["corrected"] = found.corrected
-    unranked = q.text is None and like is None
-    last = table.ids[ranked.rows[-1]] if ranked.rows else None
-    return envelope(
-        items,
-        total=ranked.total,
-        limit=limit,
-        offset=offset,
-        has_more=ranked.more,
-        next_cursor=last if unranked and ranked.more else None,
-        search=status,
-    )
+    return gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
 
 
 def _rounded(value: float | None) -> float | None:

@@ -17,6 +17,7 @@ from PIL import Image, ImageFilter, ImageOps
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.writes import remove_illustration, withdraw_book
 from imagesvc.search.fusion import DENSE_FLOOR, W_FTS
+from imagesvc.web.app_keys import SERVICES
 from tests.http.conftest import MakeClient
 from tests.library import SITE, settings_for
 from tests.search.conftest import TINY, index_library
@@ -442,3 +443,23 @@ async def test_uploads_that_are_not_usable_images_get_clear_json_errors(
 
 def _remaining(header: str) -> int:
     return int(header.split('"requests";r=')[1].split(";")[0])
+
+
+async def test_a_page_is_filled_past_results_withdrawn_since_the_search_snapshot(client: TestClient) -> None:
+    """An illustration removed after the search snapshot ranked it is not shown, and the page is filled with the
+    next results instead of coming back short (a write on the app's own connection leaves the snapshot as it was,
+    the window a removal falls in while the snapshot rebuilds)."""
+    ranked = {"q": "furnace", "limit": 3, "maxPerBook": 1000}
+    before = await get(client, "/api/gallery", **ranked)
+    listing = await get(client, "/api/gallery", limit=3, maxPerBook=1000)
+    with client.app[SERVICES].catalog.transaction() as conn:
+        remove_illustration(conn, before["items"][0]["id"])
+        remove_illustration(conn, listing["items"][1]["id"])
+    after = await get(client, "/api/gallery", **ranked)
+    assert len(after["items"]) == 3 and after["has_more"]
+    assert [i["id"] for i in after["items"]][:2] == [i["id"] for i in before["items"]][1:]
+    page = await get(client, "/api/gallery", limit=3, maxPerBook=1000)
+    shown = [i["id"] for i in page["items"]]
+    assert len(shown) == 3 and listing["items"][1]["id"] not in shown and page["next_cursor"] == shown[-1]
+    rest = await get(client, "/api/gallery", limit=3, maxPerBook=1000, cursor=page["next_cursor"])
+    assert not set(shown) & {i["id"] for i in rest["items"]}
