@@ -17,7 +17,8 @@ from imagesvc.settings import Settings
 from imagesvc.storage import make_store
 from imagesvc.storage.hot import HotObjects
 from imagesvc.web.access import access_middleware
-from imagesvc.web.app_keys import ACCESS, IDENTIFIER, IIIF, METRICS, SERVICES
+from imagesvc.web.app_keys import ACCESS, HEALTH_COUNTS, IDENTIFIER, IIIF, METRICS, SERVICES
+from imagesvc.web.health_counts import CatalogCounts
 from imagesvc.web.metrics import observe_middleware, rejections_middleware
 from imagesvc.web.middleware import MAX_BODY_BYTES, cors_middleware, error_middleware, on_prepare
 from imagesvc.web.protocol import Application
@@ -50,6 +51,7 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
         client_max_size=MAX_BODY_BYTES,
     )
     app[METRICS] = metrics
+    app[HEALTH_COUNTS] = CatalogCounts()
     app.on_response_prepare.append(on_prepare)
 
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:

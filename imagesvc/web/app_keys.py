@@ -11,10 +11,12 @@ from imagesvc.errors import ImagesvcError
 from imagesvc.iiif.delivery import IiifRuntime
 from imagesvc.observability import Metrics
 from imagesvc.services import Services
+from imagesvc.web.health_counts import CatalogCounts
 
 __all__ = [
     "ACCESS",
     "CALLER",
+    "HEALTH_COUNTS",
     "IDENTIFIER",
     "IIIF",
     "METER",
@@ -30,6 +32,7 @@ ACCESS = web.AppKey("access", AccessState)
 IDENTIFIER = web.AppKey("identifier", Identifier)
 METRICS = web.AppKey("metrics", Metrics)
 IIIF = web.AppKey("iiif", IiifRuntime)
+HEALTH_COUNTS = web.AppKey("health_counts", CatalogCounts)
 
 REQUEST_ID = web.RequestKey("request_id", str)
 # a denial (request limit, bad key) that /mcp reports in each tool call's result

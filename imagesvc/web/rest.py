@@ -12,11 +12,10 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc import __version__, tools
-from imagesvc.catalog.reader import counts as catalog_counts
 from imagesvc.errors import NotFound, RangeNotSatisfiable
 from imagesvc.search.engine import engine_for
 from imagesvc.storage import StoreUnavailable, local_files
-from imagesvc.web.app_keys import CALLER, METER, SERVICES
+from imagesvc.web.app_keys import CALLER, HEALTH_COUNTS, METER, SERVICES
 from imagesvc.web.params import QUERY_SCHEMA, accepts, any_query, query_arguments
 from imagesvc.web.responses import PublicFile
 
@@ -54,6 +53,7 @@ dataset_changes = tool_route("list_dataset_changes")  # GET /dataset/v1/changes:
 async def health(request: web.Request, arguments: dict[str, Any]) -> web.Response:
     """Version, storage backend and whether it answers, and catalog counts; 503 when the store is down."""
     services = request.app[SERVICES]
+    engine = engine_for(services)
     storage: dict[str, object] = {"backend": services.store.name, "reachable": True}
     try:
         await services.store.ping()
@@ -63,8 +63,8 @@ async def health(request: web.Request, arguments: dict[str, Any]) -> web.Respons
         "status": "ok" if storage["reachable"] else "degraded",
         "version": __version__,
         "storage": storage,
-        "catalog": await asyncio.to_thread(catalog_counts, services.catalog),  # a scan of every illustration
-        "search": engine_for(services).status(),
+        "catalog": await request.app[HEALTH_COUNTS].get(services.catalog, engine.stamps()),
+        "search": engine.status(),
         "image_host": services.settings.image_base,
     }
     return web.json_response(body, status=200 if storage["reachable"] else 503)

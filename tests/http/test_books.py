@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 from PIL import Image
 
+from imagesvc.catalog import Catalog
+from imagesvc.catalog.writes import withdraw_book
 from imagesvc.settings import load_settings  # noqa: F401  (documents where settings come from)
 from tests.library import SITE
 
@@ -30,6 +33,19 @@ async def test_health_reports_storage_and_counts(client: TestClient) -> None:
     assert body["catalog"]["pages"] == 28
     assert body["catalog"]["pages_without_image"] == 1
     assert body["catalog"]["illustrations"] >= 30
+
+
+async def test_health_counts_follow_a_withdrawal_at_once(client: TestClient, data_dir: Path) -> None:
+    """/health reads its counts once per catalog change (they are a scan at the library's size), and a change made
+    by another process shows on the next probe."""
+    before = (await (await client.get("/health")).json())["catalog"]
+    assert (await (await client.get("/health")).json())["catalog"] == before
+    catalog = Catalog(data_dir / "catalog.sqlite3")  # the operator's connection, as `imagesvc` commands open it
+    with catalog.transaction() as conn:
+        withdraw_book(conn, catalog.query_one("SELECT id FROM books ORDER BY id LIMIT 1")["id"])
+    catalog.close()
+    after = (await (await client.get("/health")).json())["catalog"]
+    assert after["books"] == before["books"] - 1 and after["pages"] < before["pages"]
 
 
 async def test_books_paginate_with_total(client: TestClient) -> None:

@@ -1,0 +1,59 @@
+"""/health's catalog counts are read once per catalog change, not on every probe (at the library's size each read
+is a scan of millions of index entries, and load balancers probe every few seconds)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from imagesvc.web import health_counts
+from imagesvc.web.health_counts import CatalogCounts
+
+
+class Reads:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, catalog: Any) -> dict[str, int]:
+        self.calls += 1
+        return {"books": self.calls}
+
+
+async def test_probes_between_changes_read_nothing_and_a_change_is_read_before_answering() -> None:
+    reads, catalog = Reads(), object()
+    counts = CatalogCounts(reads)
+    assert await asyncio.gather(*(counts.get(catalog, 1) for _ in range(20))) == [{"books": 1}] * 20
+    assert reads.calls == 1  # twenty concurrent probes, one read
+    assert await counts.get(catalog, 2) == {"books": 2}  # the catalog changed: fresh counts, not the old ones
+    assert await counts.get(object(), 2) == {"books": 3}  # another catalog (a followed snapshot) is read too
+
+
+async def test_old_counts_are_answered_while_they_are_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads, catalog = Reads(), object()
+    counts = CatalogCounts(reads)
+    await counts.get(catalog, 1)
+    monkeypatch.setattr(health_counts, "MAX_AGE", 0.0)
+    assert await counts.get(catalog, 1) == {"books": 1}  # no wait for the read
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if reads.calls == 2:
+            break
+    monkeypatch.setattr(health_counts, "MAX_AGE", 30.0)
+    assert await counts.get(catalog, 1) == {"books": 2}
+
+
+async def test_a_failed_read_is_an_error_for_the_probe_that_waited_and_is_tried_again() -> None:
+    calls = []
+
+    def flaky(catalog: Any) -> dict[str, int]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("database is down")
+        return {"books": 7}
+
+    counts = CatalogCounts(flaky)
+    with pytest.raises(RuntimeError):
+        await counts.get(object(), 1)
+    assert await counts.get(object(), 1) == {"books": 7}
