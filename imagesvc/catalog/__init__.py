@@ -14,7 +14,7 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -120,6 +120,13 @@ class Catalog:
 
     def query_all(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
         return [_row(r) for r in self._conn.execute(sql, tuple(args)).fetchall()]  # type: ignore[misc]
+
+    def query_in(self, sql: str, values: Sequence[Any], size: int = 500) -> Iterator[dict[str, Any]]:
+        """Rows of ``sql`` whose ``IN ({marks})`` is filled with ``values``, asked ``size`` at a time (SQLite bounds
+        the parameters of one statement)."""
+        for start in range(0, len(values), size):
+            chunk = values[start : start + size]
+            yield from self.query_all(sql.format(marks=",".join("?" * len(chunk))), chunk)
 
     def scalar(self, sql: str, args: Iterable[Any] = ()) -> Any:
         """The first column of the first row (None when there is no row)."""
@@ -242,11 +249,8 @@ class Catalog:
         """``{owner: {tier: rendition row}}`` for page or illustration ids."""
         owners = list(owners)
         out: dict[str, dict[str, dict[str, Any]]] = {owner: {} for owner in owners}
-        for start in range(0, len(owners), 500):
-            chunk = owners[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for row in self.query_all(f"SELECT * FROM renditions WHERE owner IN ({marks})", chunk):
-                out[row["owner"]][row["tier"]] = row
+        for row in self.query_in("SELECT * FROM renditions WHERE owner IN ({marks})", owners):
+            out[row["owner"]][row["tier"]] = row
         return out
 
     # -- illustrations ---------------------------------------------------------------------------------------------
@@ -267,17 +271,11 @@ class Catalog:
     def live_illustrations(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The live illustrations among ``ids``, by id (missing, removed or withdrawn ones are absent)."""
         ids = [fold(i) for i in ids]
-        out: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for row in self.query_all(
-                f"SELECT i.* FROM illustrations i JOIN books b ON b.id = i.book_id WHERE i.id IN ({marks})"
-                " AND i.removed = 0 AND b.withdrawn = 0",
-                chunk,
-            ):
-                out[row["id"]] = row
-        return out
+        sql = (
+            "SELECT i.* FROM illustrations i JOIN books b ON b.id = i.book_id WHERE i.id IN ({marks})"
+            " AND i.removed = 0 AND b.withdrawn = 0"
+        )
+        return {row["id"]: row for row in self.query_in(sql, ids)}
 
     # -- collections -----------------------------------------------------------------------------------------------
 

@@ -27,17 +27,8 @@ def archive_pages(catalog: Any, book_id: str, first: int, last: int, tier: str) 
 
 def book_versions(catalog: Any, book_ids: list[str]) -> dict[str, dict[str, Any]]:
     """``{book_id: {seq, at}}``: each book's latest change (its catalog version) from the change log."""
-    out: dict[str, dict[str, Any]] = {}
-    for start in range(0, len(book_ids), 500):
-        chunk = book_ids[start : start + 500]
-        marks = ",".join("?" * len(chunk))
-        for row in catalog.query_all(
-            f"SELECT book_id, max(seq) AS seq, max(at) AS at FROM book_changes WHERE book_id IN ({marks})"
-            " GROUP BY book_id",
-            chunk,
-        ):
-            out[row["book_id"]] = {"seq": row["seq"], "at": row["at"]}
-    return out
+    sql = "SELECT book_id, max(seq) AS seq, max(at) AS at FROM book_changes WHERE book_id IN ({marks}) GROUP BY book_id"
+    return {row["book_id"]: {"seq": row["seq"], "at": row["at"]} for row in catalog.query_in(sql, book_ids)}
 
 
 def dataset_pages(catalog: Any, after: tuple[str, int] | None, limit: int, book: str | None) -> list[dict[str, Any]]:
