@@ -3,6 +3,7 @@ tool, where that tool is not installed (docs/deploy.md says which ran)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -10,11 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
 import yaml
+from aiohttp import web
 
 from imagesvc.settings import SettingsError, load_settings
 from tests.parts import missing_part
+from tests.servers import free_port
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"
 SECRETS = {
@@ -126,3 +130,60 @@ def test_nginx_takes_a_whole_upload_for_search_by_image_and_cuts_off_trickled_bo
     assert body_timeout is not None and int(body_timeout.group(1)) <= 15
     read_timeout = re.search(r"proxy_read_timeout (\d+)s;", location)
     assert read_timeout is not None and int(read_timeout.group(1)) <= 30
+
+
+async def test_nginx_refuses_a_flood_of_searches_by_image_before_a_worker_reads_them(tmp_path: Path) -> None:
+    """The proxy of docker/compose.yaml, run for real in front of a counting upstream: one address sending 40
+    uploads at once reaches the app with a handful (the rate and its burst), and every other answer is nginx's 429;
+    other routes are not limited."""
+    nginx = _tool("nginx")
+    seen: list[str] = []
+
+    async def upstream(request: web.Request) -> web.Response:
+        await request.read()
+        seen.append(request.path)
+        return web.json_response({"items": []})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", upstream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    app_port, proxy_port = free_port(), free_port()
+    await web.TCPSite(runner, "127.0.0.1", app_port).start()
+    text = (DOCKER / "nginx.conf").read_text().replace("listen 80;", f"listen 127.0.0.1:{proxy_port};")
+    for host in ("app1:8080", "app2:8080", "minio:9000"):
+        text = text.replace(f"server {host}", f"server 127.0.0.1:{app_port}")
+    text = text.replace("/var/cache/nginx/imagesvc", str(tmp_path / "cache"))
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "nginx.conf").write_text(text)
+    command = [nginx, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")]
+    log = (tmp_path / "nginx.log").open("wb")
+    proxy = subprocess.Popen([*command, "-g", f"daemon off; pid {tmp_path / 'nginx.pid'};"], stdout=log, stderr=log)
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):
+                try:
+                    async with http.get(f"http://127.0.0.1:{proxy_port}/health") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.05)
+            url = f"http://127.0.0.1:{proxy_port}/api/gallery/search-by-image"
+
+            async def upload() -> int:
+                async with http.post(url, data=b"\\xff\\xd8 not really a picture") as r:
+                    await r.read()
+                    return r.status
+
+            statuses = await asyncio.gather(*(upload() for _ in range(40)))
+            searches = seen.count("/api/gallery/search-by-image")
+            assert statuses.count(429) >= 30 and searches <= 8, (statuses, searches)
+            assert statuses.count(200) == searches
+            for _ in range(10):  # the rest of the API is not held to it
+                async with http.get(f"http://127.0.0.1:{proxy_port}/api/books") as r:
+                    assert r.status == 200
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+        log.close()
+        await runner.cleanup()
