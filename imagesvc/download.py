@@ -132,7 +132,7 @@ def _pages(client: Client, book: str | None) -> dict[str, list[tuple[int, bool]]
         params: dict[str, Any] = {"limit": 1000, **({"book_id": book} if book else {})}
         if cursor:
             params["cursor"] = cursor
-        body = client.json("/dataset/v1/images", params)
+        body = client.json("/dataset/images", params)
         for item in body["items"]:
             out.setdefault(item["slug"], []).append((item["page"], not item.get("image_unavailable")))
         cursor = body["next_cursor"]

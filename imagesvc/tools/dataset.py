@@ -142,7 +142,7 @@ async def list_dataset_changes(services: Services, call: Call, page: int | None 
     """
     require_key(call, "The change feed and other bulk dataset features")
     settings = services.settings
-    base = f"{settings.site_url}{settings.base_path}/dataset/v1/changes"
+    base = f"{settings.site_url}{settings.base_path}/dataset/changes"
     total = change_count(services.catalog)
     pages = max(1, math.ceil(total / CHANGES_PAGE))
 

@@ -45,8 +45,8 @@ def tool_route(name: str, shape: Shape = web.json_response, doc: str | None = No
 books = tool_route("list_books", doc="All books: the catalogue browser (list_books) with no filter needed.")
 library = tool_route("list_books")  # GET /books/library: the spec's catalogue browser, every filter of list_books
 book = tool_route("get_book")
-dataset_images = tool_route("list_dataset_images")  # GET /dataset/v1/images: bulk dataset access, keys only
-dataset_changes = tool_route("list_dataset_changes")  # GET /dataset/v1/changes: IIIF Change Discovery 1.0
+dataset_images = tool_route("list_dataset_images")  # GET /dataset/images: bulk dataset access, keys only
+dataset_changes = tool_route("list_dataset_changes")  # GET /dataset/changes: IIIF Change Discovery 1.0
 
 
 @accepts({"properties": {}})

@@ -127,3 +127,9 @@ async def test_image_and_iiif_take_an_upper_case_hex_id(doors: Doors) -> None:
         assert image.status == 200 and image.headers["Content-Type"] == "image/jpeg", image.body
         info = await doors.rest(f"/iiif/3/{book}-1/info.json")
         assert info.status == 200 and info.body["width"] > 0, info.body
+
+
+def test_no_path_but_the_usage_meter_carries_a_version() -> None:
+    """Spec: the usage endpoint's path carries ``v1`` (/dataset/v1/usage); no other path carries a version."""
+    versioned = [r.path for r in ROUTES if re.search(r"/v\d+(/|$)", r.path)]
+    assert versioned == ["/dataset/v1/usage"]

@@ -1,5 +1,5 @@
-"""The bulk dataset: GET /dataset/v1/images (keyset-paged listing of what a key may fetch, with sizes and digests of
-the stored objects) and GET /dataset/v1/changes (IIIF Change Discovery 1.0 over the book change log)."""
+"""The bulk dataset: GET /dataset/images (keyset-paged listing of what a key may fetch, with sizes and digests of
+the stored objects) and GET /dataset/changes (IIIF Change Discovery 1.0 over the book change log)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ async def test_the_listing_pages_by_cursor_through_every_page_with_digests_of_th
     seen, cursor = [], None
     while True:
         params = {"limit": "5", **({"cursor": cursor} if cursor else {})}
-        body = await (await client.get("/api/dataset/v1/images", params=params, headers=_auth(key))).json()
+        body = await (await client.get("/api/dataset/images", params=params, headers=_auth(key))).json()
         seen += body["items"]
         cursor = body["next_cursor"]
         if not body["has_more"]:
@@ -55,11 +55,11 @@ async def test_clean_digests_only_for_keys_that_may_fetch_clean_copies_and_nothi
     client: TestClient, data_dir: Path
 ) -> None:
     key, _ = new_key(data_dir, "free")
-    body = await (await client.get("/api/dataset/v1/images?book_id=demo-gart-der-kreuter", headers=_auth(key))).json()
+    body = await (await client.get("/api/dataset/images?book_id=demo-gart-der-kreuter", headers=_auth(key))).json()
     assert body["total"] == 7 and all("clean" not in t for i in body["items"] for t in i["tiers"].values())
-    anonymous = await client.get("/api/dataset/v1/images")
+    anonymous = await client.get("/api/dataset/images")
     assert anonymous.status == 401 and (await anonymous.json())["error"] == "unauthorized"
-    bad = await client.get("/api/dataset/v1/images?cursor=bm9wZQ", headers=_auth(key))
+    bad = await client.get("/api/dataset/images?cursor=bm9wZQ", headers=_auth(key))
     assert bad.status == 400 and (await bad.json())["parameter"] == "cursor"
 
 
@@ -67,7 +67,7 @@ async def test_the_change_feed_is_iiif_change_discovery_and_records_a_withdrawal
     client: TestClient, data_dir: Path
 ) -> None:
     key, _ = new_key(data_dir, "free")
-    collection = await (await client.get("/api/dataset/v1/changes", headers=_auth(key))).json()
+    collection = await (await client.get("/api/dataset/changes", headers=_auth(key))).json()
     assert collection["type"] == "OrderedCollection"
     assert collection["@context"] == "http://iiif.io/api/discovery/1/context.json"
     before = collection["totalItems"]
@@ -78,7 +78,7 @@ async def test_the_change_feed_is_iiif_change_discovery_and_records_a_withdrawal
             assert withdraw_book(conn, catalog.find_book("demo-gart-der-kreuter")["id"])
     finally:
         catalog.close()
-    collection = await (await client.get("/api/dataset/v1/changes", headers=_auth(key))).json()
+    collection = await (await client.get("/api/dataset/changes", headers=_auth(key))).json()
     assert collection["totalItems"] == before + 1
     last = collection["last"]["id"].split("library.example", 1)[1]
     page = await (await client.get(last, headers=_auth(key))).json()
@@ -87,4 +87,4 @@ async def test_the_change_feed_is_iiif_change_discovery_and_records_a_withdrawal
     assert newest["type"] == "Delete" and newest["object"]["type"] == "Manifest"
     assert newest["object"]["id"].endswith("/iiif/3/manifest/" + newest["object"]["id"].rsplit("/", 1)[1])
     assert {a["type"] for a in page["orderedItems"]} <= {"Create", "Update", "Delete"}
-    assert (await client.get("/api/dataset/v1/changes?page=999", headers=_auth(key))).status == 404
+    assert (await client.get("/api/dataset/changes?page=999", headers=_auth(key))).status == 404
