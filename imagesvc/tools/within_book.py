@@ -8,10 +8,12 @@ nothing. Snippets served to a key carry a colophon, like every text a key is ser
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from imagesvc.catalog.page_text import FIELDS
-from imagesvc.catalog.text_fold import MAX_WORDS, query_words
+from imagesvc.catalog.reader import reader
+from imagesvc.catalog.text_fold import MAX_WORDS, Word, query_words
 from imagesvc.errors import InvalidRequest
 from imagesvc.services import Services
 from imagesvc.surface.citations import Sealer, attribution
@@ -69,21 +71,12 @@ async def search_within_book(
         )
     fields = list(FIELDS) if field == "all" else [field]
     book = require_book(services, book_id, counts=False)
-    found, total = services.catalog.search_pages(book["id"], words, fields, limit=limit, offset=skip)
+    # Both steps read and fold page texts (a phrase is checked in every text holding its words): in a worker thread,
+    # on a catalog connection of its own, so a long book never holds the event loop.
+    found, total = await asyncio.to_thread(_find, services.catalog, book["id"], words, fields, limit, skip)
     granted = await reserve_text(call, len(found))
     sealer = Sealer.for_call(book, call.caller.key_ref, services.colophon_secret)
-    hits = []
-    for number, score, texts in found[:granted]:
-        page = services.catalog.page(book["id"], number)
-        if page is None:  # withdrawn between the two reads
-            continue
-        url = services.page_url(book["slug"], number)
-        snippets = []
-        for name in texts:  # the texts the index says hold a word: no other is scanned
-            cut = snippet(page[name] or "", words)
-            if cut is not None:
-                snippets.append({"field": name, "text": sealer.seal(cut["text"], url), "highlights": cut["highlights"]})
-        hits.append({"page": number, "citation_url": url, "score": score, "snippets": snippets})
+    hits = await asyncio.to_thread(_hits, services, book, found[:granted], words, sealer)
     reason = "budget" if granted < len(found) else None
     return {
         "book": book_ref(services, book),
@@ -99,3 +92,36 @@ async def search_within_book(
         "license": book["license"],
         "colophon": sealer.active,
     }
+
+
+def _find(
+    catalog: Any, book_id: str, words: list[Word], fields: list[str], limit: int, skip: int
+) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
+    with reader(catalog) as source:
+        return source.search_pages(book_id, words, fields, limit=limit, offset=skip)
+
+
+def _hits(
+    services: Services,
+    book: dict[str, Any],
+    found: list[tuple[int, float, tuple[str, ...]]],
+    words: list[Word],
+    sealer: Sealer,
+) -> list[dict[str, Any]]:
+    """Each page found with its citation URL and a sealed snippet of each text the index says holds a word (no other
+    text is scanned)."""
+    hits = []
+    with reader(services.catalog) as source:
+        for number, score, texts in found:
+            page = source.page(book["id"], number)
+            if page is None:  # withdrawn between the two reads
+                continue
+            url = services.page_url(book["slug"], number)
+            snippets = []
+            for name in texts:
+                cut = snippet(page[name] or "", words)
+                if cut is not None:
+                    text = sealer.seal(cut["text"], url)
+                    snippets.append({"field": name, "text": text, "highlights": cut["highlights"]})
+            hits.append({"page": number, "citation_url": url, "score": score, "snippets": snippets})
+    return hits
