@@ -338,10 +338,11 @@ def start_postgres(workdir: Path) -> tuple[PostgresServer, Stop]:
     return server, stop
 
 
-def create_database(server: PostgresServer, name: str) -> str:
-    """A new empty database on ``server``; its URL (each test that needs a clean catalog takes one)."""
+def create_database(server: PostgresServer, name: str, *options: str) -> str:
+    """A new empty database on ``server``; its URL (each test that needs a clean catalog takes one). ``options`` go
+    to ``createdb`` (a locale, say)."""
     done = subprocess.run(
-        [str(server.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres", name],
+        [str(server.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres", *options, name],
         capture_output=True,
         text=True,
         timeout=60,

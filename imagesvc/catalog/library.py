@@ -40,13 +40,17 @@ SORTS: dict[str, str] = {
     "date_asc": f"b.year IS NULL, b.year, {_TITLE}",
     "date_desc": f"b.year DESC, {_TITLE}",
 }
-# The same orders in PostgreSQL: NOCASE is lower() (both fold ASCII only); NULLs sort last on DESC as in SQLite.
-_PG_TITLE = "lower(b.title), b.id"
+# The same orders in PostgreSQL, whatever the database's locale: SQLite's NOCASE folds the ASCII letters only and
+# then compares code points, so PostgreSQL folds A-Z alone (lower() would fold all of Unicode) and compares in the "C"
+# collation (a locale such as en_US would skip punctuation and file É with E). Migration 9 indexes this expression.
+# NULLs sort last on DESC as in SQLite.
+_PG_TITLE_KEY = "translate(b.title, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') COLLATE \"C\""
+_PG_TITLE = f"{_PG_TITLE_KEY}, b.id"
 PG_SORTS: dict[str, str] = {
     "recent-translation": f"b.translated_at DESC NULLS LAST, {_PG_TITLE}",
     "recent": f"b.ingested_at DESC NULLS LAST, {_PG_TITLE}",
     "title-asc": _PG_TITLE,
-    "title-desc": "lower(b.title) DESC, b.id DESC",
+    "title-desc": f"{_PG_TITLE_KEY} DESC, b.id DESC",
     "date_asc": f"b.year ASC NULLS LAST, {_PG_TITLE}",
     "date_desc": f"b.year DESC NULLS LAST, {_PG_TITLE}",
 }
