@@ -66,10 +66,10 @@ def dataset_total(catalog: Any, book: str | None) -> int:
     return int(row["n"]) if row else 0
 
 
-def change_count(catalog: Any) -> int:
-    """The highest change sequence number (0 when nothing was ever logged)."""
-    row = catalog.query_one("SELECT coalesce(max(seq), 0) AS n FROM book_changes")
-    return int(row["n"]) if row else 0
+def change_count(catalog: Any) -> tuple[int, int]:
+    """``(changes logged, highest sequence number)``: they differ where a rolled-back write used a number up."""
+    row = catalog.query_one("SELECT count(*) AS n, coalesce(max(seq), 0) AS last FROM book_changes")
+    return (int(row["n"]), int(row["last"])) if row else (0, 0)
 
 
 def changes(catalog: Any, first_seq: int, last_seq: int) -> list[dict[str, Any]]:

@@ -233,11 +233,16 @@ class PostgresCatalog(Catalog):
 
     @contextmanager
     def transaction(self, *, search: bool = True) -> Iterator[Any]:
-        """A write transaction (READ COMMITTED); commits with a bump of the change counter unless ``search=False``."""
+        """A write transaction (READ COMMITTED) that bumps the change counter unless ``search=False`` (API keys).
+
+        The counter's row is locked first, so catalog writers commit one after another in the order they began: the
+        change feed's sequence numbers (``book_changes``) are then in commit order, and a harvester that has read up
+        to one never finds a lower one appear later. Ingesters upload their objects before their transaction, so
+        only the rows' writing is serialised."""
         with self._connection() as conn, conn.transaction():
-            yield _Conn(conn)
             if search:
                 conn.execute("UPDATE catalog_state SET changes = changes + 1 WHERE id = 1")
+            yield _Conn(conn)
 
     def query_one(self, sql: str, args: Iterable[Any] = ()) -> dict[str, Any] | None:
         return _row(self._read(sql, args, "one"))  # type: ignore[arg-type]

@@ -143,8 +143,8 @@ async def list_dataset_changes(services: Services, call: Call, page: int | None 
     require_key(call, "The change feed and other bulk dataset features")
     settings = services.settings
     base = f"{settings.site_url}{settings.base_path}/dataset/changes"
-    total = change_count(services.catalog)
-    pages = max(1, math.ceil(total / CHANGES_PAGE))
+    total, last_seq = change_count(services.catalog)
+    pages = max(1, math.ceil(last_seq / CHANGES_PAGE))  # a page holds a fixed range of sequence numbers
 
     def ref(k: int) -> dict[str, str]:
         return {"id": f"{base}?page={k}", "type": "OrderedCollectionPage"}
