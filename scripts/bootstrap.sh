@@ -7,20 +7,30 @@ venv=${1:-.venv}
 kind=${2:-test}
 python=${PYTHON:-python3.11}
 command -v "$python" >/dev/null || python=python3
-if [ ! -x "$venv/bin/python" ]; then
-  "$python" -m venv "$venv"
-fi
-pip() { "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@" 2>&1 | grep -v 'is ignored' || true; }
-# pip's extra local indexes on some machines print one warning per package (filtered above); keep the output readable.
+here=$(dirname "$0")
 # Installs go through uv (a Rust installer, MIT/Apache-2.0, on PyPI) where it runs: it fetches, unpacks and links
-# packages in parallel, where pip does one at a time (docs/benchmarks.md: most of a fresh `make run`);
-# scripts/uv_install.py hands it pip's configuration. pip itself is the fallback: where uv cannot be installed or
-# fails, and always with IMAGESVC_BOOTSTRAP_PIP=1.
+# packages in parallel, where pip does one at a time (docs/benchmarks.md: most of a fresh `make run` was pip).
+# scripts/uv_install.py hands it pip's configuration. uv also installs pip into the new environment (no ensurepip,
+# ~12 s here). pip is the fallback: where uv cannot be installed or fails, and always with IMAGESVC_BOOTSTRAP_PIP=1.
 uv_version=0.13.8
+if [ ! -x "$venv/bin/python" ]; then
+  "$python" -m venv --without-pip "$venv"
+fi
+quiet() { grep -v "is ignored\|as the 'root' user"; }
+# pip's extra local indexes on some machines print one warning per package (filtered); keep the output readable.
+pip() {
+  "$venv/bin/python" -m pip --version >/dev/null 2>&1 || "$venv/bin/python" -m ensurepip --upgrade --default-pip >/dev/null
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@" 2>&1 | quiet || true
+}
+get_uv() {  # the uv binary in the environment: through the interpreter's own pip (the environment may have none yet)
+  [ -x "$venv/bin/uv" ] && return 0
+  "$python" -m pip install --quiet --disable-pip-version-check --prefix "$venv" "uv==$uv_version" 2>&1 | quiet || true
+  [ -x "$venv/bin/uv" ] || pip "uv==$uv_version"
+  [ -x "$venv/bin/uv" ]
+}
 install() {
   if [ -z "${IMAGESVC_BOOTSTRAP_PIP:-}" ]; then
-    [ -x "$venv/bin/uv" ] || pip "uv==$uv_version"
-    if [ -x "$venv/bin/uv" ] && UV_LINK_MODE=${UV_LINK_MODE:-copy} "$venv/bin/python" "$(dirname "$0")/uv_install.py" "$venv" --quiet "$@"; then
+    if get_uv && "$python" "$here/uv_install.py" "$venv" --quiet "$@" pip; then
       return 0
     fi
     echo "bootstrap: uv did not install $*; pip instead" >&2

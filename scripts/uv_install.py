@@ -1,6 +1,6 @@
 """``uv pip install`` into a virtual environment with the package sources pip is configured with here.
 
-    VENV/bin/python scripts/uv_install.py VENV [uv pip install arguments...]
+    python scripts/uv_install.py VENV [uv pip install arguments...]
 
 uv reads none of pip's configuration, and a machine may depend on it (a local wheel folder, a mirror, extra indexes,
 a constraints file, a corporate CA): so pip's effective settings (``pip config list``: its files and ``PIP_*``
@@ -71,9 +71,12 @@ def main(argv: list[str]) -> int:
         return 2
     venv = Path(argv[1])
     python, uv = venv / "bin" / "python", venv / "bin" / "uv"
-    listing = subprocess.run(
-        [str(python), "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
-    ).stdout
+    listing = ""
+    for interpreter in (sys.executable, str(python)):  # the environment may have no pip yet (uv installs it)
+        done = subprocess.run([interpreter, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            listing = done.stdout
+            break
     command, env = uv_command(str(uv), str(python), pip_settings(listing), argv[2:])
     return subprocess.run(command, env=os.environ | env, check=False).returncode
 
