@@ -5,9 +5,8 @@
 uv reads none of pip's configuration, and a machine may depend on it (a local wheel folder, a mirror, extra indexes,
 a constraints file, a corporate CA): so pip's effective settings (``pip config list``: its files and ``PIP_*``
 variables) are passed on as uv's options, and uv picks the best version across every index as pip does
-(``--index-strategy unsafe-best-match``; uv's own default stops at the first index that has the package), and it
-compiles the bytecode as pip does (uv's default is not to: then on a host with ``PYTHONDONTWRITEBYTECODE`` set, as
-this one is, every start compiled every module again, twice the CPU before a worker answered). Exits with
+(``--index-strategy unsafe-best-match``; uv's own default stops at the first index that has the package). Unlike
+pip, uv compiles no bytecode unless asked (``UV_COMPILE_BYTECODE=1``): scripts/bootstrap.sh decides. Exits with
 uv's status; scripts/bootstrap.sh falls back to pip when it is not 0. Standard library only.
 """
 
@@ -51,7 +50,7 @@ def pip_settings(listing: str) -> dict[str, str]:
 
 def uv_command(uv: str, python: str, settings: dict[str, str], args: list[str]) -> tuple[list[str], dict[str, str]]:
     """The uv command line and the environment variables it needs for pip's ``settings``."""
-    command = [uv, "pip", "install", "--python", python, "--index-strategy", "unsafe-best-match", "--compile-bytecode"]
+    command = [uv, "pip", "install", "--python", python, "--index-strategy", "unsafe-best-match"]
     env: dict[str, str] = {}
     if settings.get("index-url"):
         command += ["--index-url", settings["index-url"]]
