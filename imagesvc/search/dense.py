@@ -277,7 +277,7 @@ def _faiss() -> Any:
             import faiss
 
             _faiss_module = faiss
-        except ImportError as exc:  # its wheel has no build for this platform: numpy's product instead
+        except (ImportError, OSError) as exc:  # no build of its wheel for this platform: numpy's product instead
             log.warning("faiss cannot load (%s): dense text scores use numpy's product", exc)
             _faiss_module = False
     return _faiss_module or None
