@@ -5,11 +5,14 @@
 
 The 200,000 illustrations are synthetic (three unit passages each, 384-d, the text index's layout: 600,000 rows);
 the query is a fresh text every time (no cache hit), encoded by the model, scored as ``DenseText.scores`` does (in
-two steps from ``PREFILTER_FROM`` illustrations on; the exhaustive scan of every passage is timed in turns beside
-it), fused with no keyword scores and ranked (maxPerBook 3, limit 20), as ``SearchEngine.search`` does. Indexing
+two steps from ``PREFILTER_FROM`` illustrations on, with faiss's products), fused with no keyword scores and ranked
+(maxPerBook 3, limit 20), as ``SearchEngine.search`` does. Timed in turns beside it: the same two steps with numpy's
+products (the path before), and the exhaustive numpy scan of every passage, whose ranked page is the reference for
+the agreement figures (top 20 shared, same first result). Indexing
 embeds the demo library's real descriptions, repeated, in batches of 64. With ``--reference`` the same rows are timed
 for another model in the same run (a ratio on this shared host means more than a figure). Every model is pinned to
-one thread, as in a serving worker.
+one thread, as in a serving worker, and so is numpy's BLAS (``OPENBLAS_NUM_THREADS=1``: its
+idle threads spin, and their CPU would count against the numpy rows).
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ import sys
 import time
 from pathlib import Path
 
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy's products on one core too, before numpy loads
+
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.search import query_texts, synthetic  # noqa: E402
-from imagesvc.search.dense import Passages, TextModel  # noqa: E402
+from imagesvc.search.dense import CANDIDATES, Passages, TextModel  # noqa: E402
 from imagesvc.search.fusion import fuse  # noqa: E402
 from imagesvc.search.ranking import Query, rank  # noqa: E402
 from imagesvc.search.vectors import VectorIndex  # noqa: E402
@@ -54,6 +59,19 @@ def descriptions() -> list[str]:
     return [t for t in out if t]
 
 
+def numpy_two_steps(p: Passages, embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """The two-step score as it was before faiss's products: numpy's ``gemv`` and a gather of the candidates' rows."""
+    if p.means is None or p.starts is None or p.counts is None:
+        return p.best(embeddings @ vector)
+    out = p.means @ vector
+    top = np.sort(np.argpartition(-out, CANDIDATES - 1)[:CANDIDATES])
+    starts, counts = p.starts[top], p.counts[top]
+    offsets = np.r_[0, np.cumsum(counts)[:-1]]
+    rows = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
+    out[top] = np.maximum.reduceat(embeddings[rows] @ vector, offsets)
+    return out
+
+
 def measure(name: str, n: int, count: int, index_texts: int) -> dict[str, float]:
     before = rss_mb()
     started = time.perf_counter()
@@ -77,25 +95,36 @@ def measure(name: str, n: int, count: int, index_texts: int) -> dict[str, float]
     scan = Passages.of(index, prefilter_from=10**12)  # every passage scored: the exhaustive reference
     plain = Query(max_per_book=3, limit=20)
 
-    def query(using: Passages = passages) -> None:
-        vector = model.query(next(texts))
-        best = using.score(index.embeddings, vector)
-        fused, _ = fuse(using.ids, best, {})
-        rank(table, plain, None, None, fused)
+    def numpy_scan(embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        return scan.best(embeddings @ vector)
 
-    encode_ms, query_ms, query_cpu, scan_cpu = [], [], [], []
-    query()
+    def query(vector: np.ndarray, score=passages.score) -> list[int]:
+        best = score(index.embeddings, vector)
+        fused, _ = fuse(passages.ids, best, {})
+        return rank(table, plain, None, None, fused).rows
+
+    def legacy(vector: np.ndarray) -> list[int]:
+        return query(vector, lambda e, v: numpy_two_steps(passages, e, v))
+
+    encode_ms, query_ms, query_cpu, legacy_cpu, scan_cpu, shared, first = [], [], [], [], [], [], []
+    query(model.query(next(texts)))
     for _ in range(count):  # in turns, so a load swing on a shared host falls on every row alike
         t = time.perf_counter()
         model.query(next(texts))
         encode_ms.append((time.perf_counter() - t) * 1000)
+        text = next(texts)
         t, c = time.perf_counter(), time.process_time()
-        query()
+        got = query(model.query(text))  # what a worker does: encode, score, fuse, rank
         query_ms.append((time.perf_counter() - t) * 1000)
         query_cpu.append((time.process_time() - c) * 1000)
         c = time.process_time()
-        query(scan)
+        legacy(model.query(text))
+        legacy_cpu.append((time.process_time() - c) * 1000)
+        c = time.process_time()
+        want = query(model.query(text), numpy_scan)
         scan_cpu.append((time.process_time() - c) * 1000)
+        shared.append(len(set(got) & set(want)) / max(1, len(want)))
+        first.append(bool(got[:1] == want[:1]))
 
     # indexing: real descriptions, batches of 64, one thread; CPU seconds as well as wall seconds
     corpus = descriptions()
@@ -112,6 +141,10 @@ def measure(name: str, n: int, count: int, index_texts: int) -> dict[str, float]
         "query_p95": float(np.percentile(query_ms, 95)),
         "cpu_p50": float(np.percentile(query_cpu, 50)),
         "cpu_p95": float(np.percentile(query_cpu, 95)),
+        "legacy_p50": float(np.percentile(legacy_cpu, 50)),
+        "legacy_p95": float(np.percentile(legacy_cpu, 95)),
+        "shared": float(np.mean(shared)),
+        "first": float(np.mean(first)),
         "scan_p50": float(np.percentile(scan_cpu, 50)),
         "scan_p95": float(np.percentile(scan_cpu, 95)),
         "per_cpu_s": index_texts / cpu,
@@ -135,16 +168,23 @@ def main() -> int:
     print(f"\n{args.illustrations:,} illustrations (x3 passages), {args.queries} fresh queries, one thread")
     print(
         "| model | load s | RSS growth MB | encode p50 / p95 ms | query incl. encode p50 / p95 ms, wall | same, CPU ms "
-        "| every passage scored, CPU ms | descriptions/s per core (CPU) | 200,000 illustrations: core-hours |"
+        "| two steps, numpy (before), CPU ms | every passage scored, numpy, CPU ms | top 20 shared / same first "
+        "| descriptions/s per core (CPU) | 200,000 illustrations: core-hours |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for m, r in rows.items():
         hours = 3 * 200_000 / r["per_cpu_s"] / 3600
         print(
             f"| {m} | {r['load_s']:.2f} | {r['rss_mb']:.0f} | {r['encode_p50']:.1f} / {r['encode_p95']:.1f} | "
             f"{r['query_p50']:.1f} / {r['query_p95']:.1f} | {r['cpu_p50']:.1f} / {r['cpu_p95']:.1f} | "
-            f"{r['scan_p50']:.1f} / {r['scan_p95']:.1f} | "
+            f"{r['legacy_p50']:.1f} / {r['legacy_p95']:.1f} | {r['scan_p50']:.1f} / {r['scan_p95']:.1f} | "
+            f"{r['shared']:.3f} / {r['first']:.2f} | "
             f"{r['per_cpu_s']:.1f} ({r['per_wall_s']:.1f} wall) | {hours:.1f} |"
+        )
+    for m, r in rows.items():
+        print(
+            f"{m}: query CPU p50 {r['cpu_p50'] / r['legacy_p50']:.2f}x, p95 {r['cpu_p95'] / r['legacy_p95']:.2f}x "
+            f"the numpy two steps; {r['cpu_p95'] / r['scan_p95']:.2f}x the exhaustive scan at p95"
         )
     if args.reference:
         a, b = rows[args.model], rows[args.reference]

@@ -117,9 +117,16 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     result = asyncio.run(_ingest(settings, [manifest], progress=not args.quiet))
     _print_ingest(result, args.json)
     if settings.text_model != "off":  # so that the first text search of `make run` finds the text index ready
-        from imagesvc.catalog.backends import open_catalog
-        from imagesvc.search.dense import run_text_index
+        import os
 
+        from imagesvc.catalog.backends import open_catalog
+        from imagesvc.search.dense import run_text_index, shared_model
+        from imagesvc.search.text_seed import DEMO_SEED, seed_text_index
+
+        # the demo's passages as embedded once by this model (fixtures/): only what changed since is embedded here
+        model = shared_model(settings.text_model, threads=os.cpu_count() or 1)  # as run_text_index asks for it
+        if seed_text_index(settings.data_dir, model.key):
+            print(f"demo: text index seeded from {DEMO_SEED.name}", file=sys.stderr)
         catalog = open_catalog(settings)
         try:
             text = asyncio.run(run_text_index(settings, catalog))

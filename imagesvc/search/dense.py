@@ -33,6 +33,7 @@ __all__ = [
     "StaleWork",
     "TextIndexSummary",
     "TextModel",
+    "dot",
     "illustration_text",
     "passages",
     "run_text_index",
@@ -268,6 +269,63 @@ PREFILTER_FROM = 50_000  # illustrations from which a query is first scored agai
 CANDIDATES = 4_096  # illustrations whose passages are then scored one by one
 
 
+def _faiss() -> Any:
+    """faiss (a core dependency), imported on the first large product; ``None`` where it cannot load."""
+    global _faiss_module
+    if _faiss_module is None:
+        try:
+            import faiss
+
+            _faiss_module = faiss
+        except (ImportError, OSError) as exc:  # no build of its wheel for this platform: numpy's product instead
+            log.warning("faiss cannot load (%s): dense text scores use numpy's product", exc)
+            _faiss_module = False
+    return _faiss_module or None
+
+
+_faiss_module: Any = None
+
+
+def dot(matrix: np.ndarray, vector: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """``matrix @ vector`` (only ``rows`` of ``matrix``, in that order, when given), float32. A text query is one
+    vector against many rows, a product that memory bandwidth bounds: faiss's SIMD loop reads each row once and
+    takes ``rows`` in place, where numpy's BLAS ``gemv`` was 2 to 2.5 times slower on one core here and
+    ``matrix[rows]`` copies them first (docs/benchmarks.md). numpy where faiss cannot run or the layout differs."""
+    faiss = _faiss()
+    vector = np.ascontiguousarray(vector, np.float32)
+    usable = (
+        faiss is not None
+        and matrix.dtype == np.float32
+        and matrix.ndim == 2
+        and matrix.flags.c_contiguous
+        and vector.shape == (matrix.shape[1],)
+    )
+    if not usable:
+        return (matrix if rows is None else matrix[rows]) @ vector
+    if rows is None:
+        out = np.empty(matrix.shape[0], np.float32)
+        if len(out):
+            faiss.fvec_inner_products_ny(
+                faiss.swig_ptr(out), faiss.swig_ptr(vector), faiss.swig_ptr(matrix), matrix.shape[1], len(out)
+            )
+        return out
+    picked = np.ascontiguousarray(rows, np.int64)
+    if len(picked) and (picked.min() < 0 or picked.max() >= matrix.shape[0]):  # faiss reads without bounds checks
+        raise IndexError("row out of range")
+    out = np.empty(len(picked), np.float32)
+    if len(out):
+        faiss.fvec_inner_products_by_idx(
+            faiss.swig_ptr(out),
+            faiss.swig_ptr(vector),
+            faiss.swig_ptr(matrix),
+            faiss.swig_ptr(picked),
+            matrix.shape[1],
+            1,
+            len(out),
+        )
+    return out
+
+
 @dataclass(frozen=True)
 class Passages:
     """Which illustration each row of a text index belongs to: ``ids`` in index order, ``inverse`` row -> id. From
@@ -290,7 +348,7 @@ class Passages:
             return cls(list(where), inverse)
         counts = np.diff(np.r_[starts, len(inverse)])
         means = (np.add.reduceat(index.embeddings, starts, axis=0) / counts[:, None]).astype(np.float32)
-        return cls(list(where), inverse, starts, counts, means)
+        return cls(list(where), inverse, starts, counts, np.ascontiguousarray(means))
 
     def best(self, scores: np.ndarray) -> np.ndarray:
         """Per illustration, the best of its passages' ``scores``."""
@@ -304,14 +362,14 @@ class Passages:
         that mean, which is never above their best: one product with a third of the rows instead of all of them
         (docs/benchmarks.md), at the risk of missing an illustration with one close passage and two far ones."""
         if self.means is None or self.starts is None or self.counts is None:
-            return self.best(embeddings @ vector)
-        out = self.means @ vector
+            return self.best(dot(embeddings, vector))
+        out = dot(self.means, vector)
         k = min(CANDIDATES, len(out))
         top = np.sort(np.argpartition(-out, k - 1)[:k])
         starts, counts = self.starts[top], self.counts[top]
         offsets = np.r_[0, np.cumsum(counts)[:-1]]
         rows = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
-        out[top] = np.maximum.reduceat(embeddings[rows] @ vector, offsets)
+        out[top] = np.maximum.reduceat(dot(embeddings, vector, rows), offsets)
         return out
 
 

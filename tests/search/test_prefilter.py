@@ -4,8 +4,9 @@ candidates): the scores never overstate an illustration, and the best match is t
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from imagesvc.search.dense import Passages
+from imagesvc.search.dense import Passages, dot
 from imagesvc.search.vectors import VectorIndex
 
 
@@ -26,3 +27,19 @@ def test_the_two_step_score_finds_what_the_full_scan_finds() -> None:
         assert np.all(quick <= exact + 1e-6)  # a mean passage score never exceeds the best
         top = np.argsort(-exact)[:1]
         assert quick[top] == exact[top]
+
+
+def test_the_product_is_numpys_for_every_layout_and_refuses_rows_out_of_range() -> None:
+    rng = np.random.default_rng(3)
+    matrix = rng.standard_normal((1_000, 48), dtype=np.float32)
+    vector = rng.standard_normal(48, dtype=np.float32)
+    rows = rng.integers(0, 1_000, 300)
+    assert np.allclose(dot(matrix, vector), matrix @ vector, atol=1e-5)
+    assert np.allclose(dot(matrix, vector, rows), matrix[rows] @ vector, atol=1e-5)
+    for other in (matrix.astype(np.float64), matrix[:, ::2], np.asfortranarray(matrix)):  # numpy's product then
+        assert np.allclose(dot(other, vector[: other.shape[1]]), other @ vector[: other.shape[1]], atol=1e-5)
+    assert dot(matrix[:0], vector).shape == (0,)
+    with pytest.raises(IndexError):  # faiss reads rows without a bounds check: an index past the end never gets there
+        dot(matrix, vector, np.array([0, 1_000]))
+    with pytest.raises(ValueError):  # nor a vector of another length
+        dot(matrix, vector[:40])
