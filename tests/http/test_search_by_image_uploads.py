@@ -1,0 +1,57 @@
+"""One caller's searches by image are bounded from the moment their upload starts: while one upload of a caller is
+still arriving, that caller's further uploads are refused (429, Retry-After) without their bodies being read."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from tests.http.conftest import MakeClient
+from tests.http.test_search_by_image_bounds import _crop
+
+BOUNDARY = "slot"
+ROUTES = {  # door -> (path, content type, body framing)
+    "rest": ("/api/gallery/search-by-image", "image/jpeg"),
+    "page": ("/search-by-image", f"multipart/form-data; boundary={BOUNDARY}"),
+}
+
+
+def _framed(door: str, picture: bytes) -> bytes:
+    if door == "rest":
+        return picture
+    head = f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="image"; filename="a.jpg"\r\n\r\n'.encode()
+    return head + picture + f"\r\n--{BOUNDARY}--\r\n".encode()
+
+
+async def _slow(body: bytes, release: asyncio.Event) -> AsyncIterator[bytes]:
+    """The first half of ``body`` now, the rest once ``release`` is set: an upload still arriving."""
+    yield body[: len(body) // 2]
+    await release.wait()
+    yield body[len(body) // 2 :]
+
+
+@pytest.mark.parametrize("door", ["rest", "page"])
+async def test_parallel_uploads_of_one_caller_are_refused_unread_while_one_is_arriving(
+    make_client: MakeClient, demo_library: dict[str, Any], door: str
+) -> None:
+    client = await make_client(search_wait=600)
+    path, content_type = ROUTES[door]
+    body = _framed(door, _crop(demo_library))
+    release = asyncio.Event()
+    headers = {"Content-Type": content_type, "Accept": "text/html" if door == "page" else "application/json"}
+    first = asyncio.ensure_future(client.post(path, data=_slow(body, release), headers=headers))
+    await asyncio.sleep(0.5)  # the first upload has started and is waiting for the rest of its body
+    others = [client.post(path, data=_slow(body, release), headers=headers) for _ in range(3)]
+    refused = await asyncio.wait_for(asyncio.gather(*others), 20)  # their bodies are never finished meanwhile
+    for response in refused:
+        assert response.status == 429, await response.text()
+        assert int(response.headers["Retry-After"]) > 0
+    assert not first.done()
+    release.set()
+    answer = await asyncio.wait_for(first, 120)
+    assert answer.status == 200, await answer.text()
+    again = await client.post(path, data=body, headers=headers)  # the slot is free once the search is answered
+    assert again.status == 200, await again.text()
