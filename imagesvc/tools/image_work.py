@@ -51,16 +51,19 @@ def image_work(services: Any) -> ImageWork:
     return work
 
 
-def decode_cost(head: bytes, side: int) -> int:
+def decode_cost(head: bytes, side: int, unreadable: int) -> int:
     """Bytes of pixels decoding a picture whose first bytes are ``head`` will hold at most, its result reduced to
     ``side``: a JPEG decodes at a reduced DCT scale (1/2 to 1/8, no smaller than ``side``); other formats whole, in
-    their mode, then reduced before the RGB conversion. An unreadable header costs little: decoding will refuse it."""
+    their mode, then reduced before the RGB conversion. A header that cannot be read from ``head`` costs
+    ``unreadable``: a TIFF may keep its directory (the size) at the end of the file, past any head, so the caller
+    prices it at the most a search may hold (it then runs alone), or little when ``head`` is the whole upload (junk
+    that decoding refuses at once)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        warnings.simplefilter("ignore")  # a header's warnings (a bomb, corrupt EXIF) are for decoding to judge
         try:
             img = Image.open(io.BytesIO(head))
         except Exception:
-            return side * side * 3
+            return unreadable
     width, height = img.size
     if img.format in ("JPEG", "MPO"):
         scale = 1

@@ -1,13 +1,16 @@
-"""One caller's searches by image are bounded from the moment their upload starts: while one upload of a caller is
-still arriving, that caller's further uploads are refused (429, Retry-After) without their bodies being read."""
+"""Bounds of search by image that hold from the upload on: while one upload of a caller is still arriving, that
+caller's further uploads are refused (429, Retry-After) without their bodies being read; a picture whose size cannot
+be read from its first bytes is priced at the whole pixel budget."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from tests.http.conftest import MakeClient
 from tests.http.test_search_by_image_bounds import _crop
@@ -55,3 +58,23 @@ async def test_parallel_uploads_of_one_caller_are_refused_unread_while_one_is_ar
     assert answer.status == 200, await answer.text()
     again = await client.post(path, data=body, headers=headers)  # the slot is free once the search is answered
     assert again.status == 200, await again.text()
+
+
+async def test_a_tiff_sized_only_at_its_end_runs_alone_not_beside_another(make_client: MakeClient) -> None:
+    """A 176 KB TIFF of 6000 x 6000 (its directory at the end, as Pillow writes it) decodes to 108 MB: priced from
+    its first bytes it ran beside others as a 4 MB search; now it takes the whole pixel budget, so a second such
+    search from another caller finds no room and, with no queue, is refused with Retry-After."""
+    tiff = io.BytesIO()
+    Image.new("RGB", (6000, 6000), (200, 100, 50)).save(tiff, "TIFF", compression="tiff_adobe_deflate")
+    client = await make_client(
+        search_wait=600, image_search_threads=2, image_search_queue=0, trusted_proxies=("127.0.0.1",)
+    )
+
+    async def search(n: int) -> tuple[int, str, str | None]:
+        headers = {"Content-Type": "image/tiff", "X-Forwarded-For": f"203.0.113.{n}"}
+        response = await client.post(ROUTES["rest"][0], data=tiff.getvalue(), headers=headers)
+        return response.status, await response.text(), response.headers.get("Retry-After")
+
+    answers = sorted(await asyncio.gather(search(1), search(2)))
+    assert [status for status, _, _ in answers] == [200, 503], answers
+    assert int(answers[1][2] or 0) > 0
