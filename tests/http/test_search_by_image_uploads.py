@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 from PIL import Image
 
 from tests.http.conftest import MakeClient
@@ -78,3 +79,20 @@ async def test_a_tiff_sized_only_at_its_end_runs_alone_not_beside_another(make_c
     answers = sorted(await asyncio.gather(search(1), search(2)))
     assert [status for status, _, _ in answers] == [200, 503], answers
     assert int(answers[1][2] or 0) > 0
+
+
+async def test_a_form_whose_charset_field_is_not_a_charset_is_a_400_on_both_doors(client: TestClient) -> None:
+    """RFC 7578's ``_charset_`` field, sent first and longer than any charset name, was a 500."""
+    form = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="_charset_"\r\n\r\n{"x" * 40}\r\n'
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="image"; filename="a.jpg"\r\n\r\n\xff\xd8\r\n'
+        f"--{BOUNDARY}--\r\n"
+    ).encode("latin-1")
+    headers = {"Content-Type": ROUTES["page"][1]}
+    rest = await client.post(ROUTES["rest"][0], data=form, headers=headers)
+    body = await rest.json()
+    assert rest.status == 400 and body["error"] == "invalid_request", body
+    assert "_charset_" in body["message"] and body["recovery"]
+    page = await client.post(ROUTES["page"][0], data=form, headers=headers | {"Accept": "text/html"})
+    assert page.status == 400 and page.content_type == "text/html"
+    assert "_charset_" in await page.text()
