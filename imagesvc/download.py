@@ -7,6 +7,10 @@ every member is checked against the SHA-256 its pax header carries, written unde
 and still matching their digest are not fetched again; the ranges left are asked for with ``from``/``to``. Workers
 (``--concurrency``) share one ``Pacer``. At the end the bag's manifests are written from the journal and the bag is
 validated with the ``bagit`` library; every failure is listed, and the exit status is 1 if there was any.
+
+Names come from the server and are not trusted: a listed slug must match the catalog's slug pattern, and a member
+must be a regular file named by plain relative parts whose target resolves inside the bag's ``data/<slug>/``;
+anything else stops that book with a failure, and nothing is written for it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 import tarfile
 import threading
@@ -24,7 +29,8 @@ import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
+from importlib import resources
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from imagesvc.bulk.pacing import Pacer
@@ -34,6 +40,19 @@ __all__ = ["add_parser", "run"]
 JOURNAL = ".imagesvc-download/journal.jsonl"
 SHA256_PAX = "IMAGESVC.sha256"
 ATTEMPTS = 3
+
+
+def _slug_pattern() -> re.Pattern[str]:
+    """The catalog's slug pattern, from the manifest schema (the one place it is defined)."""
+    schema = resources.files("imagesvc.ingest").joinpath("manifest.schema.json").read_text(encoding="utf-8")
+    return re.compile(json.loads(schema)["$defs"]["slug"]["pattern"])
+
+
+SLUG = _slug_pattern()
+
+
+class UnsafeName(RuntimeError):
+    """The server named a book or file that would be written outside the bag: nothing of it is written."""
 
 
 @dataclass
@@ -134,7 +153,10 @@ def _pages(client: Client, book: str | None) -> dict[str, list[tuple[int, bool]]
             params["cursor"] = cursor
         body = client.json("/dataset/images", params)
         for item in body["items"]:
-            out.setdefault(item["slug"], []).append((item["page"], not item.get("image_unavailable")))
+            slug = item["slug"]
+            if not isinstance(slug, str) or not SLUG.fullmatch(slug):
+                raise UnsafeName(f"the dataset listing names a book {slug!r}, which is not a slug; nothing was fetched")
+            out.setdefault(slug, []).append((item["page"], not item.get("image_unavailable")))
         cursor = body["next_cursor"]
         if not cursor:
             return out
@@ -186,7 +208,7 @@ def _fetch(client: Client, state: State, job: Job, tier: str, clean: bool) -> No
             if attempt == ATTEMPTS - 1:
                 with state.lock:
                     state.failures.append(f"{job.slug} pages {first}-{job.last}: {exc}")
-        except RuntimeError as exc:
+        except (RuntimeError, ValueError) as exc:  # refused, an unsafe name, a malformed listing of missing pages
             with state.lock:
                 state.failures.append(f"{job.slug} pages {first}-{job.last}: {exc}")
             return
@@ -197,7 +219,7 @@ def _unpack(state: State, slug: str, response: Any) -> tuple[int, str] | None:
     stopped = None
     with tarfile.open(fileobj=response, mode="r|") as archive:
         for member in archive:
-            name = member.name.split("/", 1)[1]
+            name = _inner_name(member)
             handle = archive.extractfile(member)
             data = handle.read() if handle is not None else b""
             digest = hashlib.sha256(data).hexdigest()
@@ -205,12 +227,12 @@ def _unpack(state: State, slug: str, response: Any) -> tuple[int, str] | None:
                 raise tarfile.TarError(f"{member.name}: the bytes received do not match their SHA-256")
             if name.startswith("data/"):
                 path = f"data/{slug}/{name.removeprefix('data/')}"
-                target = state.dest / path
+                target = _inside(state.dest / "data" / slug, path.removeprefix(f"data/{slug}/"), member.name)
+                page = _page_of(name, member.name)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 partial = target.with_name(target.name + ".part")
                 partial.write_bytes(data)
                 os.replace(partial, target)
-                page = int(name.rsplit("-p", 1)[1].split("-", 1)[0])
                 state.record({"path": path, "sha256": digest, "bytes": len(data), "book": slug, "page": page})
             elif name == "image-unavailable.txt":
                 for line in data.decode().splitlines():
@@ -221,6 +243,37 @@ def _unpack(state: State, slug: str, response: Any) -> tuple[int, str] | None:
                 page = int(first.split("stops before page ", 1)[1].split(" ", 1)[0])
                 stopped = (page, first.split(": ", 1)[1] if ": " in first else first)
     return stopped
+
+
+def _inner_name(member: tarfile.TarInfo) -> str:
+    """The member's path below the archive's top folder; ``UnsafeName`` for anything but a regular file named by
+    plain relative parts (no ``..``, no absolute or empty part, no backslash)."""
+    name = member.name
+    parts = name.split("/")
+    if (
+        not member.isfile()
+        or "\\" in name
+        or len(parts) < 2
+        or any(part in ("", ".", "..") for part in parts)
+        or PurePosixPath(name).is_absolute()
+    ):
+        raise UnsafeName(f"the archive holds {name!r}, which is not a plain file name inside the bag; stopped there")
+    return "/".join(parts[1:])
+
+
+def _inside(folder: Path, relative: str, shown: str) -> Path:
+    """``folder / relative``, checked to resolve inside ``folder`` (links included)."""
+    target = (folder / relative).resolve()
+    if not target.is_relative_to(folder.resolve()):
+        raise UnsafeName(f"the archive's {shown!r} would be written outside {folder}; stopped there")
+    return target
+
+
+def _page_of(name: str, shown: str) -> int:
+    try:
+        return int(name.rsplit("-p", 1)[1].split("-", 1)[0])
+    except (IndexError, ValueError):
+        raise UnsafeName(f"the archive's {shown!r} names no page; stopped there") from None
 
 
 def _finish(state: State, base: str) -> None:

@@ -309,7 +309,7 @@ class Settings:
     )
     image_search_per_caller: int = _opt(
         1,
-        "Searches by image one caller (address or key) may have running or queued at once; more is a 429.",
+        "Searches by image one caller (address or key) may have uploading, running or queued at once; more is a 429.",
         _positive_int,
     )
     image_search_threads: int = _opt(

@@ -81,7 +81,7 @@ async def zip_chunks(members: AsyncIterator[Member]) -> AsyncIterator[bytes]:
         while queue:
             member = queue.popleft()
             yield member.name, member.modified, mode, NO_COMPRESSION_64, (member.data,)
-            done.append(member)  # resumed for the next member: every chunk of this one was taken
+            done.append(member)  # resumed for the next member: this one's bytes are all in the chunk being built
 
     chunks = iter(stream_zip(files(), chunk_size=ZIP_CHUNK, extended_timestamps=False))  # type: ignore[arg-type]
     while True:
@@ -94,8 +94,12 @@ async def zip_chunks(members: AsyncIterator[Member]) -> AsyncIterator[bytes]:
             chunk = next(chunks)
         except StopIteration:
             break
-        while done:
-            await _sent(done.pop(0))
+        # ``stream_zip`` asks for the next member while it fills a chunk, so a member it just finished may end in
+        # this very chunk (with the next member's header after it): it is delivered only once this chunk was taken.
+        finished = done[:]
+        done.clear()
         yield chunk
-    while done:
-        await _sent(done.pop(0))
+        for member in finished:
+            await _sent(member)
+    for member in done:  # finished within chunks already taken
+        await _sent(member)

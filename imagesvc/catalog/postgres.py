@@ -47,6 +47,10 @@ MIGRATION_LOCK = 0x1A6E5C  # the advisory lock key every imagesvc process takes 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _PRAGMAS = {"PRAGMA data_version": "SELECT changes AS data_version FROM catalog_state WHERE id = 1"}
 _DOWN = (psycopg.OperationalError, psycopg.InterfaceError)
+# SQLSTATEs of OperationalErrors that say nothing of the connection: class 40, a transaction rolled back (deadlock
+# detected, serialization failure), and 55P03, a lock not granted in time. The server answered; nothing needs
+# probing. (psycopg derives DeadlockDetected and SerializationFailure from OperationalError, not TransactionRollback.)
+_CONTENDED = ("40", "55P03")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -187,20 +191,28 @@ class PostgresCatalog(Catalog):
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection; ``Unavailable`` for a full pool (after the bounded wait), a statement past its
-        timeout, or an unreachable server (which also opens the outage); ``_Broken`` for one dead connection."""
+        timeout, a write rolled back by a conflict (deadlock, serialization, lock wait), or an unreachable server
+        (which also opens the outage); ``_Broken`` for one dead connection."""
         self._check_up()
         try:
             with self._pool.connection(timeout=self._pool_timeout) as conn:
                 yield conn
         except PoolTimeout as exc:
-            if not self._server_answers():
-                raise self._failed(exc) from exc
+            # Busy, not down: a probe here would wait a connect timeout more on the event loop and open a connection
+            # past the pool's size just when the server is saturated. An outage shows as a failed statement on a
+            # pooled connection, which starts the background probe.
             raise Unavailable(
                 f"The catalog database is busy: no free connection within {self._pool_timeout:g} s.", retry_after=1
             ) from exc
         except psycopg.errors.QueryCanceled as exc:
             raise Unavailable(f"A catalog query took too long: {_reason(exc)}", retry_after=1) from exc
         except _DOWN as exc:
+            if (getattr(exc, "sqlstate", None) or "").startswith(_CONTENDED):
+                raise Unavailable(
+                    f"A catalog write conflicted with a concurrent one and was rolled back: {_reason(exc)}",
+                    retry_after=1,
+                    recovery=["Send the request again: the conflicting write has finished by then."],
+                ) from exc
             if not self._server_answers():
                 raise self._failed(exc) from exc
             raise _Broken(f"A catalog database connection was lost: {_reason(exc)}", retry_after=1) from exc

@@ -181,12 +181,12 @@ async def by_image(request: web.Request) -> web.Response:
     similar pictures) as cards. The form is read within the upload bounds of the REST route (web.uploads); every
     error, a malformed form included, is an HTML page."""
     services, call = request.app[SERVICES], tool_call(request)
-    image_work(services).refuse_if_busy(call.caller.subject)  # before reading the upload
-    args = await upload_arguments(request, upload_limit(services), FORM, forms=("multipart",))
-    if not args.get("image"):
-        raise InvalidRequest("No picture was sent.", recovery=["Choose an image file, then press Search by image."])
-    args.setdefault("limit", 20)
-    result = await tools.call(services, "search_images_by_image", as_tool_arguments(args), call)
+    async with image_work(services).caller_slot(call.caller.subject):  # taken before the upload is read
+        args = await upload_arguments(request, upload_limit(services), FORM, forms=("multipart",))
+        if not args.get("image"):
+            raise InvalidRequest("No picture was sent.", recovery=["Choose an image file, then press Search by image."])
+        args.setdefault("limit", 20)
+        result = await tools.call(services, "search_images_by_image", as_tool_arguments(args), call)
     context = await _by_image_context(request, args, result)
     return render(request, "by_image.html", context)
 

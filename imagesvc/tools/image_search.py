@@ -98,7 +98,9 @@ async def search_images_by_image(
     """
     work = image_work(services)
     head = _unbase64(image[:HEAD_CHARS])
-    async with work.admit(call.caller.subject, decode_cost(head, DECODE_SIDE)):
+    whole = len(image) <= HEAD_CHARS  # an unreadable whole upload is junk; an unreadable head, of unknown size
+    cost = decode_cost(head, DECODE_SIDE, unreadable=DECODE_SIDE * DECODE_SIDE * 3 if whole else work.memory)
+    async with work.admit(call.caller.subject, cost):
         data = await work.run(_unbase64, image)
         return await search_by_picture(services, data, book_id, limit)
 

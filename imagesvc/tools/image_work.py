@@ -2,8 +2,9 @@
 
 A search is admitted before any pixel is decoded, by three bounds that hold on every door (REST, MCP, the page):
 
-- **per caller**: at most ``IMAGESVC_IMAGE_SEARCH_PER_CALLER`` searches of one caller (address or key) running or
-  waiting; one more is a 429 with ``Retry-After``, so no caller fills the node with its hourly allowance at once;
+- **per caller**: at most ``IMAGESVC_IMAGE_SEARCH_PER_CALLER`` searches of one caller (address or key) being
+  uploaded, running or waiting; one more is a 429 with ``Retry-After`` before its upload is read
+  (``caller_slot``), so no caller fills the node with its hourly allowance, or its memory with uploads, at once;
 - **running**: at most ``IMAGESVC_IMAGE_SEARCH_THREADS`` at once, and together at most
   ``IMAGESVC_IMAGE_SEARCH_MEMORY`` bytes of decoded pixels (each search's cost is estimated from its header before
   decoding: a JPEG decoded at reduced scale costs little, a 40-megapixel PNG a lot);
@@ -24,6 +25,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from PIL import Image
@@ -34,6 +36,7 @@ __all__ = ["ImageWork", "decode_cost", "image_work"]
 
 T = TypeVar("T")
 RETRY_SECONDS = 5  # about what one search takes: when a slot is likely free again
+_HOLDING: ContextVar[tuple[int, str] | None] = ContextVar("image_search_caller_slot", default=None)
 _WORK: weakref.WeakKeyDictionary[Any, ImageWork] = weakref.WeakKeyDictionary()
 
 
@@ -48,16 +51,19 @@ def image_work(services: Any) -> ImageWork:
     return work
 
 
-def decode_cost(head: bytes, side: int) -> int:
+def decode_cost(head: bytes, side: int, unreadable: int) -> int:
     """Bytes of pixels decoding a picture whose first bytes are ``head`` will hold at most, its result reduced to
     ``side``: a JPEG decodes at a reduced DCT scale (1/2 to 1/8, no smaller than ``side``); other formats whole, in
-    their mode, then reduced before the RGB conversion. An unreadable header costs little: decoding will refuse it."""
+    their mode, then reduced before the RGB conversion. A header that cannot be read from ``head`` costs
+    ``unreadable``: a TIFF may keep its directory (the size) at the end of the file, past any head, so the caller
+    prices it at the most a search may hold (it then runs alone), or little when ``head`` is the whole upload (junk
+    that decoding refuses at once)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        warnings.simplefilter("ignore")  # a header's warnings (a bomb, corrupt EXIF) are for decoding to judge
         try:
             img = Image.open(io.BytesIO(head))
         except Exception:
-            return side * side * 3
+            return unreadable
     width, height = img.size
     if img.format in ("JPEG", "MPO"):
         scale = 1
@@ -83,8 +89,7 @@ class ImageWork:
         return self._running < self.threads and self._held + cost <= self.memory
 
     def refuse_if_busy(self, caller: str) -> None:
-        """``RateLimited`` (429) when ``caller`` already has its share of searches: an upload route asks before it
-        reads the body, so a caller flooding uploads is refused without its pictures being read."""
+        """``RateLimited`` (429) when ``caller`` already has its share of searches (uploads being read included)."""
         if self._callers[caller] >= self.per_caller:
             raise RateLimited(
                 f"You already have {self._callers[caller]} search(es) by image running; at most {self.per_caller} "
@@ -95,18 +100,38 @@ class ImageWork:
             )
 
     @asynccontextmanager
+    async def caller_slot(self, caller: str) -> AsyncIterator[None]:
+        """One of ``caller``'s searches, held from before its upload is read until the search ends: an upload route
+        enters it before reading the body, so parallel uploads of one caller are refused (429) unread instead of
+        each buffering a picture. Within it, ``admit`` for the same caller (the tool, in the same task) uses this
+        slot rather than taking another."""
+        if _HOLDING.get() == (id(self), caller):
+            yield
+            return
+        self.refuse_if_busy(caller)
+        self._callers[caller] += 1
+        token = _HOLDING.set((id(self), caller))
+        try:
+            yield
+        finally:
+            _HOLDING.reset(token)
+            self._callers[caller] -= 1
+            if not self._callers[caller]:
+                del self._callers[caller]
+
+    @asynccontextmanager
     async def admit(self, caller: str, cost: int) -> AsyncIterator[None]:
         """Hold a place for one search of ``caller`` costing ``cost`` bytes, waiting in the bounded queue if need be;
         ``RateLimited`` (429) past the caller's share, ``Unavailable`` (503) when the queue is full."""
         cost = min(cost, self.memory)  # the largest allowed picture still runs, alone
-        self.refuse_if_busy(caller)
-        if not self._fits(cost) and self._waiting >= self.queue:
-            raise Unavailable("Searches by image are all busy and the queue is full.", retry_after=RETRY_SECONDS * 2)
-        if self._changed is None:
-            self._changed = asyncio.Condition()
-        changed = self._changed
-        self._callers[caller] += 1
-        try:
+        async with self.caller_slot(caller):
+            if not self._fits(cost) and self._waiting >= self.queue:
+                raise Unavailable(
+                    "Searches by image are all busy and the queue is full.", retry_after=RETRY_SECONDS * 2
+                )
+            if self._changed is None:
+                self._changed = asyncio.Condition()
+            changed = self._changed
             async with changed:
                 self._waiting += 1
                 try:
@@ -122,10 +147,6 @@ class ImageWork:
                     self._running -= 1
                     self._held -= cost
                     changed.notify_all()
-        finally:
-            self._callers[caller] -= 1
-            if not self._callers[caller]:
-                del self._callers[caller]
 
     async def run(self, func: Callable[..., T], *args: Any) -> T:
         """``func(*args)`` on this pool."""

@@ -62,14 +62,15 @@ async def search_by_image(request: web.Request) -> web.Response:
     arrive in time, 422 for a file that is not a usable image, 429/503 with Retry-After when searches are full."""
     services = request.app[SERVICES]
     in_query = query_arguments(request, QUERY)
-    image_work(services).refuse_if_busy(tool_call(request).caller.subject)  # before reading the upload
-    args = await upload_arguments(request, upload_limit(services), FORM, forms=("json", "multipart", "image"))
-    for name in in_query.keys() & args.keys():
-        raise InvalidRequest(f"{name!r} is given both in the query string and in the body; give it once.")
-    args |= in_query
-    if "image" not in args:
-        raise InvalidRequest("No image was sent.", recovery=["Put the picture in a multipart field named 'image'."])
-    return web.json_response(await tools.call(services, TOOL, as_tool_arguments(args), tool_call(request)))
+    caller = tool_call(request).caller.subject
+    async with image_work(services).caller_slot(caller):  # taken before the upload is read, held until the answer
+        args = await upload_arguments(request, upload_limit(services), FORM, forms=("json", "multipart", "image"))
+        for name in in_query.keys() & args.keys():
+            raise InvalidRequest(f"{name!r} is given both in the query string and in the body; give it once.")
+        args |= in_query
+        if "image" not in args:
+            raise InvalidRequest("No image was sent.", recovery=["Put the picture in a multipart field named 'image'."])
+        return web.json_response(await tools.call(services, TOOL, as_tool_arguments(args), tool_call(request)))
 
 
 setattr(search_by_image, QUERY_SCHEMA, QUERY)

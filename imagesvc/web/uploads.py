@@ -80,7 +80,7 @@ async def _multipart(request: web.Request, image_limit: int, schema: dict[str, A
         reader = MultipartReader(request.headers, request.content)
         parts = 0
         while True:
-            part = await reader.next()
+            part = await _next_part(reader)
             await asyncio.sleep(0)  # many small parts arrive buffered: let other requests run between them
             if part is None:
                 break
@@ -107,6 +107,18 @@ async def _multipart(request: web.Request, image_limit: int, schema: dict[str, A
     except (ValueError, HttpProcessingError) as exc:  # aiohttp's own complaint about a malformed body or part header
         raise InvalidRequest(f"The multipart body cannot be read: {str(exc)[:200]}") from None
     return args
+
+
+async def _next_part(reader: MultipartReader) -> Any:
+    """The form's next part; a first part named ``_charset_`` (RFC 7578 4.6) longer than a charset name is an
+    ``InvalidRequest``: aiohttp raises a bare ``RuntimeError`` for it, which would be a 500."""
+    try:
+        return await reader.next()
+    except RuntimeError as exc:
+        raise InvalidRequest(
+            f"The multipart body cannot be read: {str(exc)[:200]} (the form's _charset_ field is not a charset name).",
+            recovery=["Leave out the _charset_ field, or give a charset name such as utf-8 in it."],
+        ) from None
 
 
 def too_large_field(name: str) -> PayloadTooLarge:

@@ -1,5 +1,6 @@
 """The PostgreSQL catalog's pool under pressure: when every connection is taken, a read waits the bounded pool
-timeout and then answers ``Unavailable`` (503); once connections free up, reads succeed again."""
+timeout and then answers ``Unavailable`` (503, busy, not an outage); once connections free up, reads succeed again.
+A write the server rolls back for a conflict is reported as that, not as a lost connection."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import secrets
 import threading
 import time
 
+import psycopg
 import pytest
 
 from imagesvc.catalog.postgres import PostgresCatalog
@@ -44,5 +46,72 @@ def test_a_statement_past_its_timeout_is_unavailable_not_a_hang(postgres_server:
             catalog.scalar("SELECT pg_sleep(5)")
         assert time.monotonic() - started < 2.0
         assert catalog.scalar("SELECT 1") == 1  # the connection is still usable
+    finally:
+        catalog.close()
+
+
+def _role_database(server: PostgresServer, connections: int) -> str:
+    """A database owned by a new role that may hold at most ``connections`` connections (as a server near its
+    ``max_connections`` allows no more); its URL, as that role."""
+    name, role = f"limit_{secrets.token_hex(5)}", f"r_{secrets.token_hex(5)}"
+    url = create_database(server, name)
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT {connections}")
+        admin.execute(f"ALTER DATABASE {name} OWNER TO {role}")
+        admin.execute(f"ALTER SCHEMA public OWNER TO {role}")
+    return url.replace("postgres@", f"{role}@")
+
+
+def test_a_saturated_pool_is_busy_not_an_outage_and_opens_no_connection_past_its_size(
+    postgres_server: PostgresServer,
+) -> None:
+    """With every pooled connection taken and the server taking no more, a read is answered "busy" after the pool
+    timeout; the catalog was declared unreachable (failing every call fast) by a probe connection past the pool."""
+    url = _role_database(postgres_server, connections=2)
+    catalog = PostgresCatalog(url, pool_size=2, pool_timeout=0.5)
+    try:
+        holders = [threading.Thread(target=catalog.scalar, args=("SELECT pg_sleep(2)",)) for _ in range(2)]
+        for holder in holders:
+            holder.start()
+        time.sleep(0.5)  # both connections (all the role may hold) are now held by slow statements
+        with pytest.raises(Unavailable, match="busy") as caught:
+            catalog.counts()
+        assert caught.value.headers["Retry-After"] == "1"
+        for holder in holders:
+            holder.join()
+        assert catalog.counts()["books"] == 0  # served at once: no outage was declared
+    finally:
+        catalog.close()
+
+
+def test_a_deadlocked_write_is_reported_as_a_conflict_not_a_lost_connection(postgres_server: PostgresServer) -> None:
+    url = create_database(postgres_server, f"dead_{secrets.token_hex(5)}")
+    catalog = PostgresCatalog(url, pool_size=4)
+    try:
+        with catalog.transaction(search=False) as tx:
+            tx.execute("CREATE TABLE pair (id INTEGER PRIMARY KEY, v INTEGER)")
+            tx.execute("INSERT INTO pair VALUES (1, 0), (2, 0)")
+        both_locked = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def write(first: int, second: int) -> None:
+            try:
+                with catalog.transaction(search=False) as tx:
+                    tx.execute("UPDATE pair SET v = v + 1 WHERE id = ?", (first,))
+                    both_locked.wait(5)
+                    tx.execute("UPDATE pair SET v = v + 1 WHERE id = ?", (second,))
+            except Exception as exc:
+                errors.append(exc)
+
+        writers = [threading.Thread(target=write, args=order) for order in ((1, 2), (2, 1))]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join(30)
+        (error,) = errors  # the server broke the deadlock by rolling one back
+        assert isinstance(error, Unavailable) and error.status == 503 and error.headers["Retry-After"] == "1"
+        assert "conflicted" in error.message and "deadlock" in error.message.lower(), error.message
+        assert "lost" not in error.message
+        assert catalog.scalar("SELECT sum(v) FROM pair") == 2  # the other write committed; the catalog serves on
     finally:
         catalog.close()

@@ -12,6 +12,7 @@ from imagesvc.catalog import Catalog
 from imagesvc.catalog.writes import withdraw_book
 from imagesvc.imaging.xmp import strip_c2pa
 from tests.http.keys import new_key
+from tests.library import SITE
 
 
 def _auth(key: str) -> dict[str, str]:
@@ -74,8 +75,9 @@ async def test_the_change_feed_is_iiif_change_discovery_and_records_a_withdrawal
     assert before == 4  # each of the four demo books was created
     catalog = Catalog(data_dir / "catalog.sqlite3")
     try:
+        withdrawn = catalog.find_book("demo-gart-der-kreuter")["id"]
         with catalog.transaction() as conn:
-            assert withdraw_book(conn, catalog.find_book("demo-gart-der-kreuter")["id"])
+            assert withdraw_book(conn, withdrawn)
     finally:
         catalog.close()
     collection = await (await client.get("/api/dataset/changes", headers=_auth(key))).json()
@@ -85,6 +87,6 @@ async def test_the_change_feed_is_iiif_change_discovery_and_records_a_withdrawal
     assert page["type"] == "OrderedCollectionPage" and page["partOf"]["id"] == collection["id"]
     newest = page["orderedItems"][-1]
     assert newest["type"] == "Delete" and newest["object"]["type"] == "Manifest"
-    assert newest["object"]["id"].endswith("/iiif/3/manifest/" + newest["object"]["id"].rsplit("/", 1)[1])
+    assert newest["object"]["id"] == f"{SITE}/iiif/3/manifest/{withdrawn}"  # the withdrawn book
     assert {a["type"] for a in page["orderedItems"]} <= {"Create", "Update", "Delete"}
     assert (await client.get("/api/dataset/changes?page=999", headers=_auth(key))).status == 404

@@ -20,11 +20,23 @@ def _encoded(size: tuple[int, int], fmt: str, mode: str = "RGB") -> bytes:
 
 
 def test_a_picture_is_priced_by_the_pixels_its_decoding_holds() -> None:
-    big_png = decode_cost(_encoded((8000, 5000), "PNG", "L")[:65536], 1200)
+    big_png = decode_cost(_encoded((8000, 5000), "PNG", "L")[:65536], 1200, unreadable=1)
     assert big_png == 8000 * 5000 + 4 * 1200 * 1200 * 3  # decoded whole in its mode (L), reduced before RGB
-    big_jpeg = decode_cost(_encoded((8000, 5000), "JPEG")[:65536], 1200)
+    big_jpeg = decode_cost(_encoded((8000, 5000), "JPEG")[:65536], 1200, unreadable=1)
     assert big_jpeg == 2000 * 1250 * 3 * 2  # decoded at a quarter scale, still at least 1200 px
-    assert decode_cost(b"not a picture", 1200) == 1200 * 1200 * 3
+    assert decode_cost(b"not a picture", 1200, unreadable=7) == 7
+
+
+def test_a_tiff_whose_directory_is_past_the_head_is_priced_as_unknown_not_as_small() -> None:
+    """Pillow writes a TIFF's directory after its strips: a 6000 x 6000 deflated TIFF of 176 KB says nothing of its
+    size in its first 48 KB, and decodes to 108 MB."""
+    tiff = io.BytesIO()
+    Image.new("RGB", (6000, 6000), (200, 100, 50)).save(tiff, "TIFF", compression="tiff_adobe_deflate")
+    data = tiff.getvalue()
+    assert len(data) < 200_000 and int.from_bytes(data[4:8], "little") > 49_152  # the directory is past the head
+    budget = 256 << 20
+    assert decode_cost(data[:49_152], 1200, unreadable=budget) == budget  # runs alone, not beside another
+    assert decode_cost(data, 1200, unreadable=budget) >= 6000 * 6000 * 3  # read whole, priced by its pixels
 
 
 async def test_searches_wait_for_their_share_of_the_pixel_budget() -> None:
