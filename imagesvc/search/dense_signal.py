@@ -153,6 +153,9 @@ class DenseText:
             self._job.cancel()
 
     async def _sync(self, stamp: Any) -> None:
+        if self.follower is None and getattr(self.catalog, "dialect", "sqlite") == "postgres":
+            self._stamp = stamp  # no store to fetch from, and a node never embeds a shared catalog's index itself
+            return
         if self._published():
             await self._follow()
             if not self.closed:

@@ -75,6 +75,11 @@ def _error_code(exc: ClientError) -> tuple[str, int]:
     return str(error.get("Code", status)), int(status)
 
 
+def _keep(out: Any, digest: Any, chunk: bytes) -> None:
+    digest.update(chunk)
+    out.write(chunk)
+
+
 class S3Store:
     """An ``ObjectStore`` in one bucket. The client is made on first use and reused; call ``close`` when done."""
 
@@ -256,9 +261,8 @@ class S3Store:
                 resp = await client.get_object(Bucket=self.config.bucket, Key=key)
                 async with resp["Body"] as body:
                     while chunk := await body.read(_CHUNK):
-                        digest.update(chunk)
                         size += len(chunk)
-                        await asyncio.to_thread(out.write, chunk)
+                        await asyncio.to_thread(_keep, out, digest, chunk)  # hashing and writing off the loop
             except (ClientError, BotoCoreError) as exc:
                 raise self._translate(exc, key) from exc
             finally:

@@ -20,7 +20,7 @@ from imagesvc.search.block_index import PARAMS, sync_blocks
 from imagesvc.search.by_image import matcher_for
 from imagesvc.search.dense import run_text_index
 from imagesvc.search.engine import engine_for
-from imagesvc.search.published import current, publish
+from imagesvc.search.published import current, publish, seed_local
 from imagesvc.services import Services
 from imagesvc.storage.local import LocalStore
 from tests.library import copy_library, settings_for
@@ -130,6 +130,12 @@ async def test_a_snapshot_follower_ranks_with_the_published_text_index_and_embed
 
         found = await engine.search(Query(text="furnace"))
         assert "dense-text" in found.signals and found.dense
+
+        # `imagesvc index` on a fresh machine starts from the published index: nothing to embed again.
+        fresh = tmp_path / "fresh-indexer"
+        assert await seed_local(catalog, store, "text", fresh)
+        again = await run_text_index(settings_for(fresh), catalog)
+        assert again is not None and (again.embedded, again.kept) == (0, summary.vectors)
     finally:
         catalog.close()
         node_catalog.close()
