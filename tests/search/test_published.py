@@ -140,3 +140,28 @@ async def test_a_snapshot_follower_ranks_with_the_published_text_index_and_embed
         catalog.close()
         node_catalog.close()
         await store.close()
+
+
+async def test_clip_vectors_are_followed_from_the_published_index(tiny_settings: Any, tmp_path: Path) -> None:
+    """CLIP's vectors come the same way: a node with no vectors of its own ranks by CLIP once they are published,
+    and says which index it serves."""
+    from tests.search.conftest import TINY, index_library
+
+    indexer = tiny_settings.data_dir
+    summary = await index_library(tiny_settings)
+    catalog, store = Catalog(indexer / "catalog.sqlite3"), LocalStore(indexer / "store")
+    node_catalog = Catalog(indexer / "catalog.sqlite3")
+    services = Services(settings_for(tmp_path / "node", **TINY), node_catalog, LocalStore(indexer / "store"))
+    try:
+        engine = engine_for(services)
+        assert not (await engine.snapshot()).clip  # nothing published yet: no CLIP ranking
+        done = await publish(catalog, store, "clip", indexer, model=summary.model, illustrations=summary.vectors)
+        assert done is not None
+        snap = await engine.snapshot()  # the catalog moved: rebuilt with the published vectors
+        assert snap.clip and snap.index is not None and len(snap.index.ids) == summary.vectors
+        assert engine.status()["clip_index"] == {"source": "published", "digest": done.digest}
+        assert "clip" in engine.signals(snap) and not (tmp_path / "node" / "vectors").exists()
+    finally:
+        catalog.close()
+        node_catalog.close()
+        await store.close()
