@@ -21,7 +21,8 @@ from PIL import Image
 from imagesvc.search.block_index import BlockIndex, current_digest, load_blocks
 from imagesvc.search.feature_index import Candidate, same_block
 from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, extract
-from imagesvc.search.published import FETCH_ERRORS, Follower, IndexCorrupt
+from imagesvc.search.index_follower import Follower
+from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
 
 __all__ = ["BlockMatch", "ImageMatcher", "match_picture", "matcher_for"]
 

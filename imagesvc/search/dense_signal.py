@@ -17,7 +17,8 @@ import numpy as np
 from imagesvc.catalog.reader import reader
 from imagesvc.errors import ImagesvcError
 from imagesvc.search.dense import TEXT_FOLDER, OtherModel, Passages, StaleWork, TextModel, sync_text_index, text_rows
-from imagesvc.search.published import FETCH_ERRORS, Follower, IndexCorrupt
+from imagesvc.search.index_follower import Follower
+from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
 from imagesvc.search.vectors import VectorIndex, load_index
 
 __all__ = ["DenseText", "QueryCache"]

@@ -28,7 +28,8 @@ from imagesvc.search.dense import (
 )
 from imagesvc.search.dense_signal import DenseText, QueryCache
 from imagesvc.search.fusion import fuse
-from imagesvc.search.published import CACHE, FETCH_ERRORS, FOLDERS, Follower
+from imagesvc.search.index_follower import Follower
+from imagesvc.search.published import CACHE, FETCH_ERRORS, FOLDERS
 from imagesvc.search.ranking import GalleryTable, Query, Ranked, rank
 from imagesvc.search.snapshot import BUILD_ERRORS, SearchSnapshot, Stamps, build_snapshot, index_stamp
 from imagesvc.search.spelling import Vocabulary
