@@ -209,17 +209,22 @@ async def fetch(store: ObjectStore, row: dict[str, Any], root: Path) -> Path:
                 raise IndexCorrupt(
                     f"File {name!r} of the published {kind} index sha256:{digest[:12]} does not match its manifest."
                 )
-        (tmp / "manifest.json").write_bytes(body)  # last: its presence marks a complete, verified folder
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            if not (final / "manifest.json").exists():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)  # another worker of this node fetched it first
+        await asyncio.to_thread(_settle, tmp, final, body)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        await asyncio.shield(asyncio.to_thread(shutil.rmtree, tmp, ignore_errors=True))
         raise
     return final
+
+
+def _settle(tmp: Path, final: Path, manifest: bytes) -> None:
+    """Write the manifest last (its presence marks a complete, verified folder) and rename the folder into place."""
+    (tmp / "manifest.json").write_bytes(manifest)
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        if not (final / "manifest.json").exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # another worker of this node fetched it first
 
 
 def drop_cached(root: Path, kind: str, keep: str) -> None:
