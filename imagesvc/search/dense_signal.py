@@ -176,6 +176,8 @@ class DenseText:
         row = follower.row()
         if row is None or not follower.wanted(row):
             return
+        assert self.model is not None
+        await asyncio.to_thread(self.model.load)  # for the queries; a model that cannot load is not the index's fault
         try:
             folder = await follower.fetch(row)
             state = await asyncio.to_thread(self._load_published, folder)
@@ -198,7 +200,6 @@ class DenseText:
                 f"the published text index was embedded by {index.model_key}, and this node runs {self.model.key}",
                 recovery=["Run `imagesvc index` with this node's IMAGESVC_TEXT_MODEL (docs/search.md)."],
             )
-        self.model.load()  # for the queries
         return index, Passages.of(index)
 
     def _load(self) -> tuple[VectorIndex, Passages]:
