@@ -119,7 +119,9 @@ class SearchEngine:
         if self._clip_row[0] != version:
             self._clip_row = (version, follower.row())
         row = self._clip_row[1]
-        return Stamps(version, row["digest"] if row is not None else 0)
+        if row is not None and follower.wanted(row):
+            return Stamps(version, row["digest"])  # a new index to fetch
+        return Stamps(version, follower.digest or 0)  # the one in service (a refused one, or one to retry later)
 
     def _clip_follower(self) -> Follower | None:
         """The published CLIP index's follower when it is the source (CLIP on; PostgreSQL, or SQLite with no index
@@ -131,20 +133,22 @@ class SearchEngine:
             return None
         return follower
 
-    async def _clip_source(self, stamps: Stamps) -> tuple[Path | None, dict[str, Any] | None]:
+    async def _clip_source(self, stamps: Stamps) -> tuple[Path | None, dict[str, Any] | None, Stamps]:
         """Where to read the CLIP index for ``stamps``: the data dir, the published index in service, or a newly
-        published one fetched now (returned with its row, to confirm once it loads). A refused one changes nothing."""
+        published one fetched now (returned with its row, to confirm once it loads); and the stamps of what is read.
+        A refused one changes nothing: the snapshot is stamped with the index in service."""
         follower = self._clip_follower()
-        if follower is None or not isinstance(stamps.index, str):
-            return (self._data_dir if follower is None else self._clip_dir), None
+        if follower is None:
+            return self._data_dir, None, stamps
         row = self._clip_row[1]
-        if row is None or not follower.wanted(row):
-            return self._clip_dir, None
+        in_service = replace(stamps, index=follower.digest or 0)
+        if row is None or not follower.wanted(row) or stamps.index != row["digest"]:
+            return self._clip_dir, None, in_service
         try:
-            return await follower.fetch(row), row
+            return await follower.fetch(row), row, stamps
         except FETCH_ERRORS as exc:
             follower.refuse(row, exc)
-            return self._clip_dir, None
+            return self._clip_dir, None, in_service
 
     async def snapshot(self) -> SearchSnapshot:
         """The snapshot to answer from: the current one while the catalog and the index are unchanged since it was
@@ -171,15 +175,16 @@ class SearchEngine:
         self._generation += 1
         key = self.spec.key if self.encoder is not None else None
         try:
-            folder, fresh = await self._clip_source(stamps)
+            folder, fresh, read = await self._clip_source(stamps)
             try:
-                snap = await asyncio.to_thread(build_snapshot, self.catalog, folder, key, stamps, self._generation)
+                snap = await asyncio.to_thread(build_snapshot, self.catalog, folder, key, read, self._generation)
             except BUILD_ERRORS as exc:
                 if fresh is None:
                     raise
-                self.followers["clip"].refuse(fresh, exc)  # a published file that will not load: keep the old one
-                folder, fresh = self._clip_dir, None
-                snap = await asyncio.to_thread(build_snapshot, self.catalog, folder, key, stamps, self._generation)
+                follower = self.followers["clip"]
+                follower.refuse(fresh, exc)  # a published file that will not load: keep the old one
+                folder, fresh, read = self._clip_dir, None, replace(stamps, index=follower.digest or 0)
+                snap = await asyncio.to_thread(build_snapshot, self.catalog, folder, key, read, self._generation)
             if fresh is not None:
                 self._clip_dir = folder
                 await asyncio.to_thread(self.followers["clip"].loaded, fresh)

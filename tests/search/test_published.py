@@ -161,6 +161,20 @@ async def test_clip_vectors_are_followed_from_the_published_index(tiny_settings:
         assert snap.clip and snap.index is not None and len(snap.index.ids) == summary.vectors
         assert engine.status()["clip_index"] == {"source": "published", "digest": done.digest}
         assert "clip" in engine.signals(snap) and not (tmp_path / "node" / "vectors").exists()
+
+        # A newer one with an altered file: refused; the snapshot keeps the vectors in service and is not rebuilt
+        # again and again for it.
+        pointer = json.loads((indexer / "vectors" / "current.json").read_text())
+        (indexer / "vectors" / "current.json").write_text(json.dumps(pointer | {"written_at": "later"}))
+        bad = await publish(catalog, store, "clip", indexer, model=summary.model, illustrations=summary.vectors)
+        assert bad is not None and bad.changed
+        manifest = json.loads(store.path_for(f"indexes/clip/{bad.digest}.json").read_text())
+        altered = manifest["files"]["vectors/current.json"]["sha256"]
+        await store.put(f"indexes/clip/files/{altered}", b"{}")
+        kept = await engine.snapshot()
+        assert kept.clip and kept.generation > snap.generation and await engine.snapshot() is kept
+        status = engine.status()["clip_index"]
+        assert status["digest"] == done.digest and "does not match its manifest" in status["refused"][bad.digest]
     finally:
         catalog.close()
         node_catalog.close()
