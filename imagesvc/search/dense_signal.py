@@ -159,8 +159,8 @@ class DenseText:
             return
         if self._published():
             await self._follow()
-            if not self.closed:
-                self._stamp = stamp
+            if not self.closed and not (self.follower and self.follower.retrying(self.follower.row())):
+                self._stamp = stamp  # else the next query asks again (the store failed: retried after a pause)
             return
         try:
             state = await asyncio.to_thread(self._load)

@@ -53,12 +53,17 @@ class Follower:
             return False
         return time.monotonic() >= self._retry.get(row["digest"], 0.0)
 
+    def retrying(self, row: dict[str, Any] | None) -> bool:
+        """Whether ``row``'s index failed to arrive for a reason of the store's, and is to be tried again."""
+        return row is not None and row["digest"] in self._retry and row["digest"] != self.digest
+
     async def fetch(self, row: dict[str, Any]) -> Path:
         return await fetch(self.store, row, self.cache)
 
     def loaded(self, row: dict[str, Any]) -> None:
         """``row``'s index is in service now: note it and drop older cached versions (blocking file work)."""
         self.digest = row["digest"]
+        self._retry.pop(row["digest"], None)
         drop_cached(self.cache, self.kind, row["digest"])
         log.info("%s index sha256:%s in service (published %s)", self.kind, row["digest"][:12], row["built_at"])
 
