@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -116,47 +117,73 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     manifest = generate(out)
     result = asyncio.run(_ingest(settings, [manifest], progress=not args.quiet))
     _print_ingest(result, args.json)
-    if settings.text_model != "off":  # so that the first text search of `make run` finds the text index ready
-        import os
-
-        from imagesvc.catalog.backends import open_catalog
-        from imagesvc.search.dense import run_text_index, shared_model
-        from imagesvc.search.text_seed import DEMO_SEED, seed_text_index
-
-        # the demo's passages as embedded once by this model (fixtures/): only what changed since is embedded here
-        model = shared_model(settings.text_model, threads=os.cpu_count() or 1)  # as run_text_index asks for it
-        if seed_text_index(settings.data_dir, model.key):
-            print(f"demo: text index seeded from {DEMO_SEED.name}", file=sys.stderr)
-        catalog = open_catalog(settings)
-        try:
-            text = asyncio.run(run_text_index(settings, catalog))
-        finally:
-            catalog.close()
-        if text is not None:
-            print(f"demo: {text.line()}", file=sys.stderr)
-    print(f"demo: {asyncio.run(_index_blocks(settings)).line()}", file=sys.stderr)  # search by image works at once
+    for line in asyncio.run(_demo_indexes(settings)):  # the first text search and search by image work at once
+        print(f"demo: {line}", file=sys.stderr)
     return EXIT_REFUSED if result["refused"] else 0
 
 
-async def _index_blocks(settings: Settings, *, full: bool = False) -> Any:
-    """Bring the local-feature index of search by image up to date (docs/search.md); returns its summary."""
+async def _demo_indexes(settings: Settings) -> list[str]:
+    """The text index and search by image's block index of the demo library, made and published as `imagesvc index`
+    makes and publishes them (docs/search.md)."""
     from imagesvc.catalog.backends import open_catalog
-    from imagesvc.search.block_index import sync_blocks
+    from imagesvc.search.block_index import PARAMS, sync_blocks
+    from imagesvc.search.dense import run_text_index, shared_model
+    from imagesvc.search.text_seed import DEMO_SEED, seed_text_index
     from imagesvc.storage import make_store
 
     store, catalog = make_store(settings), open_catalog(settings)
+    lines: list[str] = []
     try:
-        return (await sync_blocks(settings.data_dir, catalog, store, full=full))[1]
+        if settings.text_model != "off":
+            # the demo's passages as embedded once by this model (fixtures/): only what changed since is embedded
+            model = shared_model(settings.text_model, threads=os.cpu_count() or 1)  # as run_text_index asks for it
+            if seed_text_index(settings.data_dir, model.key):
+                lines.append(f"text index seeded from {DEMO_SEED.name}")
+        text = await run_text_index(settings, catalog)
+        if text is not None:
+            lines.append(text.line())
+        blocks = (await sync_blocks(settings.data_dir, catalog, store))[1]
+        lines.append(blocks.line())
+        made = {"blocks": (PARAMS, blocks.illustrations)}
+        if text is not None:
+            made["text"] = (text.model, text.vectors)
+        lines += await _publish_indexes(settings, catalog, store, made)
     finally:
         catalog.close()
         await store.close()
+    return lines
+
+
+async def _publish_indexes(settings: Settings, catalog: Any, store: Any, made: dict[str, tuple[str, int]]) -> list[str]:
+    """Publish each index in ``made`` (kind -> model, illustrations) from the data dir to the object store and name
+    it in the catalog, where serving nodes follow it (imagesvc/search/published.py)."""
+    from imagesvc.search.published import publish
+
+    lines = []
+    for kind, (model, illustrations) in made.items():
+        done = await publish(catalog, store, kind, settings.data_dir, model=model, illustrations=illustrations)
+        if done is not None:
+            lines.append(done.line())
+    return lines
+
+
+async def _seed(settings: Settings, catalog: Any, store: Any, kinds: list[str]) -> None:
+    """A data dir without the indexes starts from the published ones: `imagesvc index` on a fresh machine (a
+    one-shot container) embeds only what changed since."""
+    from imagesvc.search.published import FETCH_ERRORS, seed_local
+
+    for kind in kinds:
+        try:
+            await seed_local(catalog, store, kind, settings.data_dir)
+        except FETCH_ERRORS as exc:
+            print(f"imagesvc: the published {kind} index cannot be read, making it anew: {exc}", file=sys.stderr)
 
 
 def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
     """Embed new and changed illustrations (text model; CLIP when weights are configured), extract their local
     features for search by image (on every core, resumable), and publish the indexes (docs/search.md)."""
     from imagesvc.catalog.backends import open_catalog
-    from imagesvc.search.block_index import sync_blocks
+    from imagesvc.search.block_index import PARAMS, sync_blocks
     from imagesvc.search.clip import Encoder, clip_spec
     from imagesvc.search.dense import run_text_index
     from imagesvc.search.index import run_index
@@ -166,21 +193,31 @@ def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
         spec = clip_spec(settings)
         store, catalog = make_store(settings), open_catalog(settings)
         result: dict[str, Any] = {}
+        made: dict[str, tuple[str, int]] = {}
         try:
+            if not args.full:
+                await _seed(settings, catalog, store, ["text", "clip"] if spec.enabled else ["text"])
             text = await run_text_index(settings, catalog, full=args.full)
+            if text is not None:
+                made["text"] = (text.model, text.vectors)
             lines = [text.line() if text else "text index: off (IMAGESVC_TEXT_MODEL=off)"]
             result["text"] = text.as_dict() if text else None
             blocks = await sync_blocks(settings.data_dir, catalog, store, full=args.full)
             result["blocks"] = blocks[1].as_dict()
             lines.append(blocks[1].line())
+            made["blocks"] = (PARAMS, blocks[1].illustrations)
             if spec.enabled:
                 summary = await run_index(
                     settings, catalog, store, Encoder(spec), progress=not args.quiet, full=args.full
                 )
                 result |= summary.as_dict()
                 lines.append(summary.line())
+                made["clip"] = (summary.model, summary.vectors)
             else:
                 lines.append(f"CLIP: {spec.describe()}")
+            published = await _publish_indexes(settings, catalog, store, made)
+            result["published"] = published
+            lines += published
             await _publish(settings, store)
         finally:
             catalog.close()

@@ -1,9 +1,10 @@
 """``imagesvc doctor``: check a deployment's settings and dependencies, one actionable line per finding.
 
 Checks: the object store answers with our credentials; on S3, that masters are not readable without credentials;
-the catalog's schema is current; the access backend answers; configured CLIP weights exist; the text model can run
-on this CPU and the text index is of that model; the secrets that several nodes must share are set explicitly when the
-deployment is shared; the C2PA signing chain signs a file that reads back valid.
+the catalog's schema is current; with PostgreSQL, that `imagesvc index` has published the search indexes; the access
+backend answers; configured CLIP weights exist; the text model can run on this CPU and the text index is of that
+model; the secrets that several nodes must share are set explicitly when the deployment is shared; the C2PA signing
+chain signs a file that reads back valid.
 """
 
 from __future__ import annotations
@@ -108,6 +109,36 @@ def _catalog(settings: Settings) -> Finding:
     if version > SCHEMA_VERSION:
         return Finding("fail", "catalog", f"schema {version} is newer than this imagesvc ({SCHEMA_VERSION}): upgrade")
     return Finding("ok", "catalog", f"schema {version} is current")
+
+
+def _published_indexes(settings: Settings) -> list[Finding]:
+    """With PostgreSQL, nodes never build a search index: say which ones `imagesvc index` has not published yet."""
+    if settings.catalog != "postgres":
+        return []
+    import psycopg
+
+    try:
+        with psycopg.connect(settings.database_url, connect_timeout=5) as conn:
+            exists = conn.execute("SELECT to_regclass('search_indexes') IS NOT NULL").fetchone()
+            rows = conn.execute("SELECT kind, digest FROM search_indexes").fetchall() if exists and exists[0] else []
+    except psycopg.Error:
+        return []  # the catalog check has said why
+    found = {kind: digest for kind, digest in rows}
+    wanted = (
+        ["blocks"] + (["text"] if settings.text_model != "off" else []) + (["clip"] if settings.clip_weights else [])
+    )
+    missing = [kind for kind in wanted if kind not in found]
+    if missing:
+        return [
+            Finding(
+                "warn",
+                "indexes",
+                f"no published {', '.join(missing)} index in the catalog: run `imagesvc index` (nodes never build "
+                "one; until then search ranks without it)",
+            )
+        ]
+    named = ", ".join(f"{kind} sha256:{found[kind][:12]}" for kind in wanted)
+    return [Finding("ok", "indexes", f"published: {named}")]
 
 
 async def _access(settings: Settings) -> Finding:
@@ -277,6 +308,7 @@ async def run_checks(settings: Settings) -> list[Finding]:
     return [
         *(await _store(settings)),
         _catalog(settings),
+        *_published_indexes(settings),
         await _access(settings),
         _clip(settings),
         _text_model(settings),

@@ -87,6 +87,12 @@ def test_compose_config_resolves_and_its_app_settings_load() -> None:
         assert "postgres" in services[name]["depends_on"]
         grace = services[name]["stop_grace_period"]
         assert int(grace.rstrip("s")) > settings.shutdown_timeout  # Docker must not SIGKILL mid-drain
+    # the search indexes are computed once, by a one-shot `imagesvc index` with a lasting work dir of its own
+    index = services["index"]
+    assert index["command"] == ["imagesvc", "index", "--quiet"] and "tools" in index["profiles"]
+    assert load_settings({k: str(v) for k, v in index["environment"].items()}).catalog == "postgres"
+    targets = [v["target"] if isinstance(v, dict) else v.split(":")[1] for v in index["volumes"]]
+    assert targets == ["/data"], targets
 
 
 def test_compose_refuses_to_start_without_secrets() -> None:

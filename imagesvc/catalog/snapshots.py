@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from imagesvc.errors import ImagesvcError, Unavailable
-from imagesvc.storage import ObjectNotFound, ObjectStore, check_key
+from imagesvc.storage import ObjectNotFound, ObjectStore, check_key, file_transfers
 
 __all__ = [
     "KEEP_REMOTE",
@@ -129,8 +129,8 @@ async def publish_snapshot(
 
 
 async def _put_file(store: ObjectStore, key: str, path: Path) -> None:
-    data = await asyncio.to_thread(path.read_bytes)
-    await store.put(key, data)
+    """Upload a staged file in bounded memory (a multipart upload read part by part from the file on S3)."""
+    await file_transfers(store).put_file(key, path)
 
 
 async def _prune(store: ObjectStore, prefix: str, keep: int) -> None:
@@ -163,8 +163,8 @@ async def read_latest(store: ObjectStore, prefix: str) -> dict[str, str] | None:
     return {"version": pointer["version"], "manifest_sha256": str(pointer.get("manifest_sha256", ""))}
 
 
-def _check(name: str, data: bytes, want: dict[str, Any]) -> None:
-    if len(data) != want.get("size") or hashlib.sha256(data).hexdigest() != want.get("sha256"):
+def _check(name: str, got: tuple[int, str], want: dict[str, Any]) -> None:
+    if got != (want.get("size"), want.get("sha256")):
         raise SnapshotCorrupt(f"Snapshot file {name!r} does not match its manifest (size or sha256).")
 
 
@@ -184,14 +184,14 @@ async def fetch_snapshot(store: ObjectStore, prefix: str, pointer: dict[str, str
     manifest = json.loads(body)
     tmp = root / f"tmp-{version}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    transfers = file_transfers(store)
     try:
         for name, want in manifest["files"].items():
             if name.startswith("/") or ".." in name.split("/"):
                 raise SnapshotCorrupt(f"Snapshot {version} names a file outside its folder: {name!r}.")
-            data = (await store.get(f"{prefix}/{version}/{name}")).data
-            await asyncio.to_thread(_check, name, data, want)
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            await asyncio.to_thread((tmp / name).write_bytes, data)
+            # streamed to disk a chunk at a time and hashed on the way: never the whole file in memory
+            _check(name, await transfers.get_file(f"{prefix}/{version}/{name}", tmp / name), want)
         (tmp / "manifest.json").write_bytes(body)  # last: its presence marks a complete, verified folder
         try:
             os.replace(tmp, final)

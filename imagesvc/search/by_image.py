@@ -21,6 +21,8 @@ from PIL import Image
 from imagesvc.search.block_index import BlockIndex, current_digest, load_blocks
 from imagesvc.search.feature_index import Candidate, same_block
 from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, extract
+from imagesvc.search.index_follower import Follower
+from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
 
 __all__ = ["BlockMatch", "ImageMatcher", "match_picture", "matcher_for"]
 
@@ -52,7 +54,7 @@ def matcher_for(services: Any) -> ImageMatcher:
     engine = engine_for(services)
     matcher = getattr(engine, "matcher", None)
     if matcher is None:
-        matcher = engine.matcher = ImageMatcher(services)
+        matcher = engine.matcher = ImageMatcher(services, getattr(engine, "followers", {}).get("blocks"))
     return matcher
 
 
@@ -70,8 +72,9 @@ def match_picture(index: BlockIndex, image: Image.Image, live: set[str] | None =
 
 
 class ImageMatcher:
-    def __init__(self, services: Any) -> None:
+    def __init__(self, services: Any, follower: Follower | None = None) -> None:
         self.services = services
+        self.follower = follower  # the published block index (``published.py``), when the node follows one
         self._index: BlockIndex | None = None
         self._job: asyncio.Future[Any] | None = None
 
@@ -89,6 +92,8 @@ class ImageMatcher:
     async def ready(self) -> BlockIndex | None:
         """The current feature index, (re)loaded off the event loop when ``imagesvc index`` published a new one;
         waits at most the search wait setting, then answers with what is loaded while the load goes on."""
+        if self.follower is not None and not self.follower.local():
+            return await self._ready_published(self.follower)
         digest = await asyncio.to_thread(current_digest, self._data_dir)
         if digest is None or (self._index is not None and self._index.digest == digest):
             return self._index
@@ -97,6 +102,30 @@ class ImageMatcher:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._job), self.services.settings.search_wait)
         return self._index
+
+    async def _ready_published(self, follower: Follower) -> BlockIndex | None:
+        """As ``ready``, for the index the catalog names (fetched, verified and loaded off the event loop)."""
+        row = follower.row()
+        if row is None or not follower.wanted(row):
+            return self._index
+        if self._job is None or self._job.done():
+            self._job = asyncio.ensure_future(self._load_published(follower, row))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._job), self.services.settings.search_wait)
+        return self._index
+
+    async def _load_published(self, follower: Follower, row: dict[str, Any]) -> None:
+        try:
+            folder = await follower.fetch(row)
+            index = await asyncio.to_thread(load_blocks, folder)
+            if index is None:
+                raise IndexCorrupt(f"the published block index in {folder} has no current.json")
+        except FETCH_ERRORS as exc:  # keep the index in service
+            follower.refuse(row, exc)
+            return
+        self._index = index
+        await asyncio.to_thread(follower.loaded, row)
+        log.info("search by image: %s", self.state())
 
     def _load(self) -> None:
         index = load_blocks(self._data_dir)

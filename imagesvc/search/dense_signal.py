@@ -17,7 +17,9 @@ import numpy as np
 from imagesvc.catalog.reader import reader
 from imagesvc.errors import ImagesvcError
 from imagesvc.search.dense import TEXT_FOLDER, OtherModel, Passages, StaleWork, TextModel, sync_text_index, text_rows
-from imagesvc.search.vectors import VectorIndex
+from imagesvc.search.index_follower import Follower
+from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
+from imagesvc.search.vectors import VectorIndex, load_index
 
 __all__ = ["DenseText", "QueryCache"]
 
@@ -48,10 +50,22 @@ class QueryCache:
 
 
 class DenseText:
-    """The text index of ``catalog``'s live illustrations under the text model, brought up to date on demand."""
+    """The text index of ``catalog``'s live illustrations under the text model, brought up to date on demand: the one
+    ``imagesvc index`` published (``follower``; never embedded here), or, on SQLite with an index in the data dir or
+    none published, the data dir's own, embedding what changed."""
 
-    def __init__(self, settings: Any, catalog: Any, data_dir: Path, model: TextModel | None, cache: QueryCache):
+    def __init__(
+        self,
+        settings: Any,
+        catalog: Any,
+        data_dir: Path,
+        model: TextModel | None,
+        cache: QueryCache,
+        follower: Follower | None = None,
+    ):
         self.settings, self.catalog, self.data_dir, self.model, self.cache = settings, catalog, data_dir, model, cache
+        self.follower = follower
+        self.embedded = 0  # passages' illustrations this process embedded into the index (0 with a published one)
         self._state: tuple[VectorIndex, Passages] | None = None  # one reference: index and passages belong together
         self._stamp: Any = None
         self._job: asyncio.Future[Any] | None = None
@@ -59,8 +73,19 @@ class DenseText:
         self._other: str | None = None  # with an index of another model on disk: that model's key
         self.closed = False  # set when the search state this belongs to is replaced: work in flight stops
 
+    def _published(self) -> bool:
+        """Whether the index comes from the catalog's published one (always with PostgreSQL)."""
+        if self.follower is None:
+            return False
+        if self.follower.only:
+            return True
+        return not self.follower.local() and self.follower.row() is not None
+
     def _indexed_model(self) -> str | None:
-        """The model the text index on disk was embedded by (a small JSON read)."""
+        """The model the text index was embedded by (a small JSON read, or the published row's)."""
+        if self._published():
+            row = self.follower.row() if self.follower is not None else None
+            return row["model"] if row else None
         try:
             return json.loads((self.data_dir / TEXT_FOLDER / "current.json").read_text()).get("model")
         except (OSError, ValueError):
@@ -82,8 +107,13 @@ class DenseText:
         key = self.model.key
         if self._state is not None:
             return f"on: {key}, {len(self._state[1].ids)} illustrations embedded{note}"
-        if self._job is not None:
+        if self._job is not None and not self._job.done():
             return f"loading: {key} and the text index (keyword ranking until ready){note}"
+        if self.follower is not None and self.follower.only and self._stamp is not None:
+            if self.follower.rejected:
+                why = "; ".join(self.follower.rejected.values())
+                return f"unavailable: the published text index was refused ({why}); keyword ranking until fixed"
+            return f"no published text index: run `imagesvc index` (keyword ranking until then); model {key}{note}"
         return f"on: {key}, loads on the first text query{note}"
 
     async def ready(self) -> bool:
@@ -97,8 +127,8 @@ class DenseText:
             self.error = self._other = None  # `imagesvc index` has re-embedded since: try again
             self._state = None
         stamp = self.catalog.query_one("PRAGMA data_version")
-        if self._state is not None and self._stamp == stamp:
-            return True
+        if self._stamp == stamp and (self._state is not None or (self.follower is not None and self.follower.only)):
+            return self._state is not None  # with PostgreSQL and nothing published: keyword-only, asked once a change
         if self._job is None or self._job.done():
             self._job = asyncio.ensure_future(self._sync(stamp))
         try:
@@ -124,6 +154,14 @@ class DenseText:
             self._job.cancel()
 
     async def _sync(self, stamp: Any) -> None:
+        if self.follower is None and getattr(self.catalog, "dialect", "sqlite") == "postgres":
+            self._stamp = stamp  # no store to fetch from, and a node never embeds a shared catalog's index itself
+            return
+        if self._published():
+            await self._follow()
+            if not self.closed and not (self.follower and self.follower.retrying(self.follower.row())):
+                self._stamp = stamp  # else the next query asks again (the store failed: retried after a pause)
+            return
         try:
             state = await asyncio.to_thread(self._load)
         except StaleWork:
@@ -131,16 +169,55 @@ class DenseText:
         if not self.closed:
             self._state, self._stamp = state, stamp
 
+    async def _follow(self) -> None:
+        """Fetch and load the published index when the catalog names a new one; a refused one changes nothing."""
+        follower = self.follower
+        assert follower is not None
+        row = follower.row()
+        if row is None or not follower.wanted(row):
+            return
+        assert self.model is not None
+        await asyncio.to_thread(self.model.load)  # for the queries; a model that cannot load is not the index's fault
+        try:
+            folder = await follower.fetch(row)
+            state = await asyncio.to_thread(self._load_published, folder)
+        except OtherModel:
+            raise
+        except FETCH_ERRORS as exc:
+            follower.refuse(row, exc)
+            return
+        if not self.closed:
+            self._state = state
+            await asyncio.to_thread(follower.loaded, row)
+
+    def _load_published(self, folder: Path) -> tuple[VectorIndex, Passages]:
+        assert self.model is not None
+        index = load_index(folder, TEXT_FOLDER)
+        if index is None:
+            raise IndexCorrupt(f"the published text index in {folder} has no current.json")
+        if index.model_key != self.model.key:
+            raise OtherModel(
+                f"the published text index was embedded by {index.model_key}, and this node runs {self.model.key}",
+                recovery=["Run `imagesvc index` with this node's IMAGESVC_TEXT_MODEL (docs/search.md)."],
+            )
+        return index, Passages.of(index)
+
     def _load(self) -> tuple[VectorIndex, Passages]:
         assert self.model is not None
         with reader(self.catalog) as source:
             rows = text_rows(source)
         self.model.load()
         # never re-embed another model's index here (that is `imagesvc index`'s work), never rank with it either
-        index, _ = sync_text_index(
+        index, summary = sync_text_index(
             self.data_dir, rows, self.model, replace_other=False, still_wanted=lambda: not self.closed
         )
+        self.embedded += summary.embedded
         return index, Passages.of(index)
+
+    def source(self) -> dict[str, Any]:
+        """Where the text index in service came from, for /health."""
+        out = self.follower.describe() if self._published() and self.follower is not None else {"source": "data dir"}
+        return out | {"embedded_here": self.embedded}
 
     def scores(self, text: str) -> tuple[list[str], np.ndarray] | None:
         """(illustration ids, best passage score of each) for ``text`` (blocking: call it in a worker thread)."""

@@ -28,6 +28,8 @@ from imagesvc.search.dense import (
 )
 from imagesvc.search.dense_signal import DenseText, QueryCache
 from imagesvc.search.fusion import fuse
+from imagesvc.search.index_follower import Follower
+from imagesvc.search.published import CACHE, FETCH_ERRORS, FOLDERS
 from imagesvc.search.ranking import GalleryTable, Query, Ranked, rank
 from imagesvc.search.snapshot import BUILD_ERRORS, SearchSnapshot, Stamps, build_snapshot, index_stamp
 from imagesvc.search.spelling import Vocabulary
@@ -42,7 +44,7 @@ def engine_for(services: Any) -> SearchEngine:
     """The engine riding on ``services`` (made on first call: every door passes the same Services object)."""
     engine = getattr(services, "search", None)
     if engine is None:
-        engine = SearchEngine(services.settings, services.catalog)
+        engine = SearchEngine(services.settings, services.catalog, store=getattr(services, "store", None))
         services.search = engine
     return engine
 
@@ -68,6 +70,7 @@ class SearchEngine:
         encoder: Encoder | None = None,
         text_model: TextModel | None = None,
         data_dir: Path | None = None,
+        store: Any = None,
     ) -> None:
         self.settings = settings
         self.catalog = catalog
@@ -82,7 +85,15 @@ class SearchEngine:
         self._generation = 0
         self._failed: tuple[Stamps, str] | None = None  # the stamps a rebuild failed at, and why
         self.cache = QueryCache(settings.query_cache_size)  # query vectors, shared by worker threads
-        self.dense = DenseText(settings, catalog, self._data_dir, self.text_model, self.cache)
+        # The indexes `imagesvc index` published (with no store: the data dir's only); cached in the node's data dir.
+        cache = Path(settings.data_dir) / CACHE
+        self.followers: dict[str, Follower] = {}
+        if store is not None:
+            self.followers = {kind: Follower(kind, catalog, store, self._data_dir, cache) for kind in FOLDERS}
+        self._clip_row: tuple[Any, dict[str, Any] | None] = (object(), None)  # (data_version read at, row)
+        self._clip_dir: Path | None = None  # the published CLIP index in service
+        text = self.followers.get("text")
+        self.dense = DenseText(settings, catalog, self._data_dir, self.text_model, self.cache, text)
 
     def close(self) -> None:
         """Retire this engine (its catalog snapshot was replaced): builds and text embedding in flight stop, and
@@ -99,8 +110,45 @@ class SearchEngine:
         return self._snap
 
     def stamps(self) -> Stamps:
-        """The catalog generation and index version as of now (a cheap pragma and a stat)."""
-        return Stamps(self.catalog.query_one("PRAGMA data_version"), index_stamp(self._data_dir))
+        """The catalog generation and index version as of now (a cheap pragma and a stat, or the published index's
+        digest, read again only when the catalog moved)."""
+        version = self.catalog.query_one("PRAGMA data_version")
+        follower = self._clip_follower()
+        if follower is None:
+            return Stamps(version, index_stamp(self._data_dir))
+        if self._clip_row[0] != version:
+            self._clip_row = (version, follower.row())
+        row = self._clip_row[1]
+        if row is not None and follower.wanted(row):
+            return Stamps(version, row["digest"])  # a new index to fetch
+        return Stamps(version, follower.digest or 0)  # the one in service (a refused one, or one to retry later)
+
+    def _clip_follower(self) -> Follower | None:
+        """The published CLIP index's follower when it is the source (CLIP on; PostgreSQL, or SQLite with no index
+        in the data dir and one published), else None."""
+        follower = self.followers.get("clip")
+        if follower is None or self.encoder is None or follower.local():
+            return None
+        if not follower.only and self._clip_row[1] is None and follower.row() is None:
+            return None
+        return follower
+
+    async def _clip_source(self, stamps: Stamps) -> tuple[Path | None, dict[str, Any] | None, Stamps]:
+        """Where to read the CLIP index for ``stamps``: the data dir, the published index in service, or a newly
+        published one fetched now (returned with its row, to confirm once it loads); and the stamps of what is read.
+        A refused one changes nothing: the snapshot is stamped with the index in service."""
+        follower = self._clip_follower()
+        if follower is None:
+            return self._data_dir, None, stamps
+        row = self._clip_row[1]
+        in_service = replace(stamps, index=follower.digest or 0)
+        if row is None or not follower.wanted(row) or stamps.index != row["digest"]:
+            return self._clip_dir, None, in_service
+        try:
+            return await follower.fetch(row), row, stamps
+        except FETCH_ERRORS as exc:
+            follower.refuse(row, exc)
+            return self._clip_dir, None, in_service
 
     async def snapshot(self) -> SearchSnapshot:
         """The snapshot to answer from: the current one while the catalog and the index are unchanged since it was
@@ -127,7 +175,19 @@ class SearchEngine:
         self._generation += 1
         key = self.spec.key if self.encoder is not None else None
         try:
-            snap = await asyncio.to_thread(build_snapshot, self.catalog, self._data_dir, key, stamps, self._generation)
+            folder, fresh, read = await self._clip_source(stamps)
+            try:
+                snap = await asyncio.to_thread(build_snapshot, self.catalog, folder, key, read, self._generation)
+            except BUILD_ERRORS as exc:
+                if fresh is None:
+                    raise
+                follower = self.followers["clip"]
+                follower.refuse(fresh, exc)  # a published file that will not load: keep the old one
+                folder, fresh, read = self._clip_dir, None, replace(stamps, index=follower.digest or 0)
+                snap = await asyncio.to_thread(build_snapshot, self.catalog, folder, key, read, self._generation)
+            if fresh is not None:
+                self._clip_dir = folder
+                await asyncio.to_thread(self.followers["clip"].loaded, fresh)
         except BUILD_ERRORS as exc:
             self._failed = (stamps, f"{type(exc).__name__}: {exc}")
             serving = f"generation {self._snap.generation}" if self._snap else "nothing"
@@ -190,6 +250,10 @@ class SearchEngine:
             out["clip"] += "; no index for this model yet: run `imagesvc index` (no CLIP ranking until then)"
         if self._failed is not None:
             out["rebuild_error"] = self._failed[1]
+        if self.dense.model is not None:
+            out["text_index"] = self.dense.source()
+        if (follower := self._clip_follower()) is not None:
+            out["clip_index"] = follower.describe()
         return out
 
     # -- queries ---------------------------------------------------------------------------------------------------

@@ -122,7 +122,10 @@ async def run_index(
     live = {r["id"] for r in rows}
     dropped = sum(1 for iid in previous if iid not in live)
     index = VectorIndex(out_ids, out_hashes, matrix, encoder.spec.key)
-    version = await asyncio.to_thread(save_index, settings.data_dir, index, SCHEMA_VERSION)
+    if old is not None and not fresh and not dropped and out_ids == old.ids:
+        version = old.version  # nothing changed: the same files, so the published index stays the same too
+    else:
+        version = await asyncio.to_thread(save_index, settings.data_dir, index, SCHEMA_VERSION)
     summary = IndexSummary(
         version, len(out_ids), len(fresh), kept, dropped, failed, time.perf_counter() - started, encoder.spec.key
     )

@@ -35,7 +35,7 @@ class Stamps:
     connection or process commits) and the modification time of the vector index pointer (0: no index)."""
 
     catalog: Any
-    index: int
+    index: Any  # int: the data dir's pointer's mtime; str: the digest of the published index
 
 
 def index_stamp(data_dir: Path) -> int:
@@ -81,12 +81,13 @@ class SearchSnapshot:
 
 
 def build_snapshot(
-    catalog: Any, data_dir: Path, model_key: str | None, stamps: Stamps, generation: int
+    catalog: Any, data_dir: Path | None, model_key: str | None, stamps: Stamps, generation: int
 ) -> SearchSnapshot:
-    """Read the index and build the gallery table (blocking: call it in a worker thread).
+    """Read the index in ``data_dir`` (None: no index) and build the gallery table (blocking: call it in a worker
+    thread).
 
     Raises what reading a corrupt index raises (``OSError``, ``ValueError``, ``KeyError``, ``sqlite3.Error``...)."""
-    index = load_index(data_dir)
+    index = load_index(data_dir) if data_dir is not None else None
     clip = model_key is not None and index is not None and index.model_key == model_key and index.dims > 0
     with reader(catalog) as source:
         table = GalleryTable.from_catalog(source)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BACKENDS",
     "CreatesBucket",
+    "FileTransfers",
     "InvalidKey",
     "LocalFiles",
     "ObjectExists",
@@ -29,6 +30,7 @@ __all__ = [
     "StoredObject",
     "Wrapper",
     "check_key",
+    "file_transfers",
     "local_files",
     "make_store",
 ]
@@ -167,6 +169,21 @@ class CreatesBucket(Protocol):
 
 
 @runtime_checkable
+class FileTransfers(Protocol):
+    """A store that moves whole files between itself and local disk in bounded memory (both backends): what is
+    larger than memory should hold (catalog snapshots, search indexes) never passes through ``put``/``get``."""
+
+    async def put_file(self, key: str, path: Path, *, content_type: str = "application/octet-stream") -> ObjectInfo:
+        """Store the file at ``path`` as ``key`` (atomically, as ``put``), reading it a part at a time."""
+        ...
+
+    async def get_file(self, key: str, path: Path) -> tuple[int, str]:
+        """Write object ``key`` to the new file ``path`` a chunk at a time; returns its size and sha256 (hex).
+        Raises ``ObjectNotFound``; a failed copy leaves no file at ``path``."""
+        ...
+
+
+@runtime_checkable
 class Wrapper(Protocol):
     """A store in front of another (``inner``) that adds behaviour to the ``ObjectStore`` calls and nothing else."""
 
@@ -178,6 +195,15 @@ def local_files(store: ObjectStore) -> LocalFiles | None:
     while not isinstance(store, LocalFiles) and isinstance(store, Wrapper):
         store = store.inner
     return store if isinstance(store, LocalFiles) else None
+
+
+def file_transfers(store: ObjectStore) -> FileTransfers:
+    """The backend behind ``store`` (through any wrappers), for whole-file transfers in bounded memory."""
+    while not isinstance(store, FileTransfers) and isinstance(store, Wrapper):
+        store = store.inner
+    if not isinstance(store, FileTransfers):
+        raise TypeError(f"the {store.name!r} store cannot move files in bounded memory")
+    return store
 
 
 def make_store(settings: Settings) -> ObjectStore:

@@ -36,6 +36,7 @@ from imagesvc.storage import (
 __all__ = ["LocalStore"]
 
 _DEFAULT_TYPE = "application/octet-stream"
+_CHUNK = 1 << 20  # bytes a whole-file copy holds at a time
 # (name, is a directory, metadata of a file); module level because the class's own ``list`` shadows the builtin.
 _Entries = list[tuple[str, bool, ObjectInfo | None]]
 
@@ -140,6 +141,58 @@ class LocalStore:
             while chunk := source.read(1 << 20):
                 digest.update(chunk)
         return ObjectInfo(key=key, size=st.st_size, etag=digest.hexdigest(), content_type=content_type)
+
+    async def put_file(self, key: str, source: Path, *, content_type: str = _DEFAULT_TYPE) -> ObjectInfo:
+        """``put`` of the file ``source``, copied a chunk at a time."""
+        path = self.path_for(key)
+        return await asyncio.to_thread(self._put_file, key, path, Path(source), content_type)
+
+    def _put_file(self, key: str, path: Path, source: Path, content_type: str) -> ObjectInfo:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise InvalidKey(key, "a parent of this key is already stored as an object") from exc
+        if path.is_dir():
+            raise InvalidKey(key, "other objects are stored under this key as a prefix")
+        tmp = path.parent / f".tmp-{secrets.token_hex(8)}"
+        digest = hashlib.md5()
+        try:
+            with open(source, "rb") as src, open(tmp, "xb") as out:
+                while chunk := src.read(_CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+                st = os.fstat(out.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        info = ObjectInfo(key=key, size=st.st_size, etag=digest.hexdigest(), content_type=content_type)
+        self._write_sidecar(path, info, st)
+        _fsync_dir(path.parent)
+        return info
+
+    async def get_file(self, key: str, target: Path) -> tuple[int, str]:
+        """Copy object ``key`` into the new file ``target`` a chunk at a time: (size, sha256)."""
+        path = self.path_for(key)
+        return await asyncio.to_thread(self._get_file, key, path, Path(target))
+
+    def _get_file(self, key: str, path: Path, target: Path) -> tuple[int, str]:
+        try:
+            src = path.open("rb")
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise ObjectNotFound(key) from None
+        digest, size = hashlib.sha256(), 0
+        try:
+            with src, open(target, "xb") as out:
+                while chunk := src.read(_CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
+        return size, digest.hexdigest()
 
     async def get(self, key: str, *, byte_range: tuple[int, int] | None = None) -> StoredObject:
         path = self.path_for(key)

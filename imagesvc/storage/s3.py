@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiobotocore.config import AioConfig
@@ -24,6 +27,7 @@ from imagesvc.storage import ObjectExists, ObjectInfo, ObjectNotFound, StoredObj
 __all__ = ["S3Config", "S3Store"]
 
 _MIB = 1024 * 1024
+_CHUNK = _MIB  # bytes a streamed download holds at a time
 _DEFAULT_TYPE = "application/octet-stream"
 _AUTH_CODES = frozenset(
     {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "403"}
@@ -69,6 +73,11 @@ def _error_code(exc: ClientError) -> tuple[str, int]:
     error = exc.response.get("Error", {})
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
     return str(error.get("Code", status)), int(status)
+
+
+def _keep(out: Any, digest: Any, chunk: bytes) -> None:
+    digest.update(chunk)
+    out.write(chunk)
 
 
 class S3Store:
@@ -193,6 +202,75 @@ class S3Store:
             info = await self.head(key)
             etag = info.etag if info else ""
         return ObjectInfo(key=key, size=len(data), etag=etag, content_type=content_type)
+
+    async def put_file(self, key: str, path: Path, *, content_type: str = _DEFAULT_TYPE) -> ObjectInfo:
+        """``put`` of the file at ``path``: past ``multipart_threshold`` a multipart upload whose parts are read from
+        the file only when a slot is free, so at most ``multipart_concurrency`` parts are in memory at once."""
+        check_key(key)
+        size = (await asyncio.to_thread(os.stat, path)).st_size
+        if size <= self.config.multipart_threshold:
+            return await self.put(key, await asyncio.to_thread(Path(path).read_bytes), content_type=content_type)
+        client = await self._get_client()
+        bucket, part_size = self.config.bucket, self.config.part_size
+        try:
+            upload = await client.create_multipart_upload(Bucket=bucket, Key=key, ContentType=content_type)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._translate(exc, key) from exc
+        upload_id = upload["UploadId"]
+        limit = asyncio.Semaphore(self.config.multipart_concurrency)
+
+        def read(offset: int) -> bytes:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return f.read(part_size)
+
+        async def send(number: int, offset: int) -> dict[str, Any]:
+            async with limit:  # the part is read only once its upload may start
+                body = await asyncio.to_thread(read, offset)
+                part = await client.upload_part(
+                    Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+                )
+                del body
+            return {"PartNumber": number, "ETag": part["ETag"]}
+
+        try:
+            parts = await asyncio.gather(*(send(i + 1, at) for i, at in enumerate(range(0, size, part_size))))
+            done = await client.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+            )
+        except BaseException as exc:
+            with contextlib.suppress(ClientError, BotoCoreError):
+                await client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+            if isinstance(exc, ClientError | BotoCoreError):
+                raise self._translate(exc, key) from exc
+            raise
+        etag = _etag(done.get("ETag"))
+        if not etag:  # Ceph RGW 16 (see _put_multipart)
+            info = await self.head(key)
+            etag = info.etag if info else ""
+        return ObjectInfo(key=key, size=size, etag=etag, content_type=content_type)
+
+    async def get_file(self, key: str, path: Path) -> tuple[int, str]:
+        """Stream object ``key`` into the new file ``path`` a chunk at a time: (size, sha256)."""
+        check_key(key)
+        client = await self._get_client()
+        digest, size = hashlib.sha256(), 0
+        out = await asyncio.to_thread(open, path, "xb")
+        try:
+            try:
+                resp = await client.get_object(Bucket=self.config.bucket, Key=key)
+                async with resp["Body"] as body:
+                    while chunk := await body.read(_CHUNK):
+                        size += len(chunk)
+                        await asyncio.to_thread(_keep, out, digest, chunk)  # hashing and writing off the loop
+            except (ClientError, BotoCoreError) as exc:
+                raise self._translate(exc, key) from exc
+            finally:
+                await asyncio.to_thread(out.close)
+        except BaseException:
+            Path(path).unlink(missing_ok=True)
+            raise
+        return size, digest.hexdigest()
 
     async def get(self, key: str, *, byte_range: tuple[int, int] | None = None) -> StoredObject:
         check_key(key)

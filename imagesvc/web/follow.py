@@ -64,7 +64,9 @@ class SnapshotFollower:
         """Open a pulled folder and build its search snapshot (in worker threads: nothing shares it yet)."""
         catalog = await asyncio.to_thread(Catalog, folder / "catalog.sqlite3")
         try:
-            engine = SearchEngine(self.settings, catalog, encoder=self._own[1].encoder, data_dir=folder)
+            engine = SearchEngine(
+                self.settings, catalog, encoder=self._own[1].encoder, data_dir=folder, store=self.services.store
+            )
             await engine.snapshot()  # loads the vector index and builds the gallery table off the event loop
         except BaseException:
             catalog.close()
