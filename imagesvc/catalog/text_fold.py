@@ -84,8 +84,9 @@ def index_terms(text: str) -> list[str]:
 
 @cache
 def fold_char(char: str) -> str:
-    """One character folded for locating matches in raw text: unfolded, unmarked and lower-cased (maybe empty)."""
-    return unicodedata.normalize("NFKD", char).translate(_marks()).casefold()
+    """One character folded for locating matches in raw text: unfolded, unmarked and lower-cased (maybe empty), and
+    composed again as ``fold`` composes (a Hangul syllable's NFKD is its jamo, which no folded query holds)."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFKD", char).translate(_marks())).casefold()
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from imagesvc.imaging import TIERS
 from imagesvc.services import Services
 from imagesvc.surface.paging import envelope
 from imagesvc.tools import Call, tool
-from imagesvc.tools.archive import require_key
+from imagesvc.tools.archive import MAX_PAGE, require_key
 from imagesvc.tools.books import require_book
 
 __all__ = ["CHANGES_PAGE", "list_dataset_changes", "list_dataset_images"]
@@ -39,7 +39,9 @@ def _cursor(book_id: str, number: int) -> str:
 def _after(cursor: str) -> tuple[str, int]:
     try:
         book_id, number = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if not isinstance(book_id, str) or not isinstance(number, int):
+        # The caller's text decoded: a page number the catalog could not compare (past int64, or a JSON true) is
+        # as foreign as malformed base64.
+        if not isinstance(book_id, str) or type(number) is not int or not 0 <= number <= MAX_PAGE:
             raise ValueError(cursor)
     except (ValueError, TypeError) as exc:
         raise InvalidRequest(
