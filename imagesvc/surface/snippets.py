@@ -63,8 +63,11 @@ def _pattern(words: list[Word]) -> re.Pattern[str]:
     for word in words:
         first, *rest = word.tokens
         body = re.escape(first)
-        for before, token in zip(word.tokens, rest, strict=False):
-            gap = (r"[\W_]+", r"[\W_]*", "")[is_cjk(before) + is_cjk(token)]  # between CJK characters, none
+        for i, (before, token) in enumerate(zip(word.tokens, rest, strict=False), 1):
+            cjk = is_cjk(before) + is_cjk(token)
+            if cjk == 2 and i in word.apart:  # CJK words the query wrote apart: a space or a mark may stand between
+                cjk = 1
+            gap = (r"[\W_]+", r"[\W_]*", "")[cjk]  # between adjacent CJK characters, none
             body += gap + re.escape(token)
         alternatives.append(body)
     return re.compile("|".join(sorted(alternatives, key=len, reverse=True)))

@@ -223,21 +223,13 @@ def test_two_writers_of_one_page_at_once_leave_the_later_text_indexed(backend: B
     assert pages_for(second, "ammoniac", book="eeee") == pages_for(second, "salt", book="eeee") == []
 
 
-CJK_JOINED = pytest.mark.xfail(
-    strict=True,
-    reason="a query's CJK characters either side of a space or a punctuation mark are joined into one run whose "
-    "pair across the gap the index never holds: a Korean phrase or a Chinese passage copied with its comma finds "
-    "nothing",
-)
-
-
 @pytest.mark.parametrize(
     ("query", "pages"),
     [
-        pytest.param("之書，黃金", [1], marks=CJK_JOINED),  # a passage copied with the print's own comma
-        pytest.param('"之書 黃金"', [1], marks=CJK_JOINED),  # a quoted phrase across it
-        pytest.param('"연금술 서적"', [6], marks=CJK_JOINED),  # Korean has spaces between words: a two-word phrase
-        pytest.param("연금술，서적", [6], marks=CJK_JOINED),
+        pytest.param("之書，黃金", [1]),  # a passage copied with the print's own comma
+        pytest.param('"之書 黃金"', [1]),  # a quoted phrase across it
+        pytest.param('"연금술 서적"', [6]),  # Korean has spaces between words: a two-word phrase
+        pytest.param("연금술，서적", [6]),
         ('"서적 연금술"', []),  # in its order
         ("술서", []),  # characters apart in the text are not a word
     ],

@@ -145,7 +145,7 @@ async def test_korean_hits_show_the_words_they_were_charged_for(client: TestClie
         )
     finally:
         catalog.close()
-    for query, word in (("연금술", "연금술"), ("한민", "한민"), ("연금술 서적", "연금술")):
+    for query, word in (("연금술", "연금술"), ("한민", "한민"), ('"연금술 서적"', "연금술 서적")):
         status, body = await _search(client, "k0rea", q=query)
         assert status == 200, body
         assert [hit["page"] for hit in body["hits"]] == [1], query
