@@ -231,3 +231,25 @@ async def test_the_tool_prices_the_archive_without_delivering_it(client: TestCli
     assert result["cost"] == {"requests": 1, "pool": "images", "units": 6, "remaining": 4, "affordable": 4}
     assert result["image_unavailable"] == [7]
     assert await _images_used(client, key) == 1996
+
+
+async def test_head_range_and_conditional_requests_pay_for_what_is_delivered(
+    client: TestClient, data_dir: Path, tmp_path: Path
+) -> None:
+    """A HEAD answers as GET would and sends no member, so it costs nothing (and is a 429 where GET is one); a Range
+    or conditional header does not make a partial or empty archive that is charged whole: the archive is sent whole,
+    each image charged once."""
+    key, key_id = new_key(data_dir, "free")
+    head = await client.head(f"/api/books/{MINES}/archive", params={"tier": "thumb"}, headers=_auth(key))
+    assert head.status == 200 and head.headers["X-Archive-Images"] == "6" and await head.read() == b""
+    assert await _images_used(client, key) == 0
+    for extra in ({"Range": "bytes=0-99"}, {"If-None-Match": "*"}, {"If-Range": '"x"', "Range": "bytes=10-"}):
+        resp = await client.get(f"/api/books/{MINES}/archive", params={"tier": "thumb"}, headers=_auth(key) | extra)
+        assert resp.status == 200 and "Content-Range" not in resp.headers, extra
+        root = _unzip(await resp.read(), tmp_path / str(len(extra)) / extra.get("Range", "none"))
+        bagit.Bag(str(root)).validate()
+        assert len(list((root / "data").iterdir())) == 6
+    assert await _images_used(client, key) == await _metered_images(client, key) == 18
+    await _spend(client, key_id, leave=18)  # the 18 delivered above and these: the pool is spent
+    empty = await client.head(f"/api/books/{MINES}/archive", params={"tier": "thumb"}, headers=_auth(key))
+    assert empty.status == 429 and int(empty.headers["Retry-After"]) > 0
