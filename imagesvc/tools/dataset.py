@@ -28,7 +28,7 @@ from imagesvc.tools.books import require_book
 
 __all__ = ["CHANGES_PAGE", "list_dataset_changes", "list_dataset_images"]
 
-CHANGES_PAGE = 100  # activities per OrderedCollectionPage: page k holds change numbers (k-1)*100+1 .. k*100
+CHANGES_PAGE = 100  # activities per OrderedCollectionPage: page k holds the (k-1)*100+1-th to the k*100-th change
 DISCOVERY_CONTEXT = "http://iiif.io/api/discovery/1/context.json"
 
 
