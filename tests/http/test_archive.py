@@ -253,3 +253,25 @@ async def test_head_range_and_conditional_requests_pay_for_what_is_delivered(
     await _spend(client, key_id, leave=18)  # the 18 delivered above and these: the pool is spent
     empty = await client.head(f"/api/books/{MINES}/archive", params={"tier": "thumb"}, headers=_auth(key))
     assert empty.status == 429 and int(empty.headers["Retry-After"]) > 0
+
+
+async def test_a_clean_archive_holds_the_pixels_clean_image_sends_and_never_the_marked_ones(
+    client: TestClient, data_dir: Path, tmp_path: Path
+) -> None:
+    from PIL import Image, ImageChops
+
+    key, _ = new_key(data_dir, "full")
+    resp = await client.get(f"/api/books/{MINES}/archive", params={"tier": "thumb", "clean": "1"}, headers=_auth(key))
+    assert resp.status == 200 and resp.headers["Content-Disposition"].endswith('-thumb-clean-p1-7.zip"')
+    root = _unzip(await resp.read(), tmp_path)
+    assert root.name == f"{MINES}-thumb-clean" and bagit.Bag(str(root)).info["Clean"] == "true"
+    member = root / "data" / f"{MINES}-p2-thumb-clean.jpg"
+
+    async def pixels(clean: str) -> Image.Image:
+        params = {"book_id": MINES, "page": "2", "tier": "thumb", "clean": clean}
+        got = await client.get("/api/image", params=params, headers=_auth(key))
+        return Image.open(io.BytesIO(await got.read())).convert("RGB")
+
+    archived = Image.open(member).convert("RGB")
+    assert ImageChops.difference(archived, await pixels("1")).getbbox() is None  # the same pixels as /image sends
+    assert ImageChops.difference(archived, await pixels("0")).getbbox() is not None  # not the marked tier's
