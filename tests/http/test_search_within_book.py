@@ -154,3 +154,31 @@ async def test_korean_hits_show_the_words_they_were_charged_for(client: TestClie
         assert word in [cut["text"][a:b] for a, b in cut["highlights"]], query
     limits = await (await client.get("/api/rate_limit")).json()
     assert limits["pools"]["text"]["used"] == 3  # one page served each time
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a match longer than the snippet window past its first third (a quoted passage of ~170+ characters not at "
+    "the page's start) yields no snippet: the page is charged and shows no text",
+)
+async def test_a_long_quoted_passage_is_shown_in_the_snippet_it_was_charged_for(client: TestClient) -> None:
+    """Pasting a sentence from a page in quotes is how a reader checks a quotation: the page is found, charged one
+    unit, and its snippet shows the passage highlighted, however far down the page it stands."""
+    from imagesvc.catalog import Catalog
+    from tests.catalog.test_page_search import write_book
+
+    passage = (
+        "the philosophers of the furnace gathered their vessels of glass and of clay, and they set the athanor upon "
+        "the hearth so that the fire might burn gently through the long nights of the work"
+    )
+    text = "Of the furnaces and their uses, as the masters wrote them down. " * 3 + passage + ", as was taught."
+    catalog = Catalog(_data_dir(client) / "catalog.sqlite3")
+    try:
+        write_book(catalog, "l0ng", {1: (None, text, None), 2: (None, "Nothing of the sort.", None)})
+    finally:
+        catalog.close()
+    status, body = await _search(client, "l0ng", q=f'"{passage}"')
+    assert status == 200 and [hit["page"] for hit in body["hits"]] == [1], body
+    (cut,) = body["hits"][0]["snippets"]
+    assert [cut["text"][a:b] for a, b in cut["highlights"]] == [passage]
+    assert body["pages_served"] == 1
