@@ -156,11 +156,6 @@ async def test_korean_hits_show_the_words_they_were_charged_for(client: TestClie
     assert limits["pools"]["text"]["used"] == 3  # one page served each time
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a match longer than the snippet window past its first third (a quoted passage of ~170+ characters not at "
-    "the page's start) yields no snippet: the page is charged and shows no text",
-)
 async def test_a_long_quoted_passage_is_shown_in_the_snippet_it_was_charged_for(client: TestClient) -> None:
     """Pasting a sentence from a page in quotes is how a reader checks a quotation: the page is found, charged one
     unit, and its snippet shows the passage highlighted, however far down the page it stands."""
