@@ -275,3 +275,17 @@ async def test_a_clean_archive_holds_the_pixels_clean_image_sends_and_never_the_
     archived = Image.open(member).convert("RGB")
     assert ImageChops.difference(archived, await pixels("1")).getbbox() is None  # the same pixels as /image sends
     assert ImageChops.difference(archived, await pixels("0")).getbbox() is not None  # not the marked tier's
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [({"from": "20"}, "from=20 is past the last page"), ({"from": "5", "to": "3"}, "from=5 comes after to=3")],
+)
+async def test_a_range_refusal_says_what_is_wrong_with_it(
+    client: TestClient, data_dir: Path, params: dict[str, str], says: str
+) -> None:
+    key, _ = new_key(data_dir, "full")
+    resp = await client.get(f"/api/books/{MINES}/archive", params=params, headers=_auth(key))
+    body = await resp.json()
+    assert resp.status == 400 and body["message"].startswith(says) and "has pages 1-7" in body["message"], body
+    assert "Pages 20-7" not in body["message"] and "5-3 lie outside" not in body["message"]
