@@ -40,8 +40,10 @@ def dataset_pages(catalog: Any, after: tuple[str, int] | None, limit: int, book:
         where.append("(b.id = ? OR b.slug = ?)")
         args += [fold(book)] * 2
     if after is not None:
-        where.append("(p.book_id > ? OR (p.book_id = ? AND p.number > ?))")
-        args += [after[0], after[0], after[1]]
+        # A row value, not "book_id > ? OR (book_id = ? AND number > ?)": SQLite answers the OR by walking the index
+        # from its start to the cursor, so each page of a harvest cost more than the one before.
+        where.append("(p.book_id, p.number) > (?, ?)")
+        args += [after[0], after[1]]
     return catalog.query_all(
         "SELECT p.id AS page_id, p.book_id, b.slug, b.title, p.number, p.image_unavailable, p.unavailable_reason,"
         " p.master_sha256, p.master_bytes, p.master_format, p.width, p.height"

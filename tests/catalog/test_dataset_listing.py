@@ -51,11 +51,6 @@ def library(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the keyset condition is written with OR, so SQLite walks the pages index from the start to the cursor: "
-    "each listing page costs more than the one before (~90 ms a page midway through 900,000 pages)",
-)
 def test_a_page_deep_in_the_listing_costs_what_the_first_costs(library: Path) -> None:
     reads = CountingReads(library)
     first = dataset_pages(reads, (f"{1:016x}", 10), 101, None)
