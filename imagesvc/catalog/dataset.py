@@ -40,8 +40,10 @@ def dataset_pages(catalog: Any, after: tuple[str, int] | None, limit: int, book:
         where.append("(b.id = ? OR b.slug = ?)")
         args += [fold(book)] * 2
     if after is not None:
-        where.append("(p.book_id > ? OR (p.book_id = ? AND p.number > ?))")
-        args += [after[0], after[0], after[1]]
+        # A row value, not "book_id > ? OR (book_id = ? AND number > ?)": SQLite answers the OR by walking the index
+        # from its start to the cursor, so each page of a harvest cost more than the one before.
+        where.append("(p.book_id, p.number) > (?, ?)")
+        args += [after[0], after[1]]
     return catalog.query_all(
         "SELECT p.id AS page_id, p.book_id, b.slug, b.title, p.number, p.image_unavailable, p.unavailable_reason,"
         " p.master_sha256, p.master_bytes, p.master_format, p.width, p.height"
@@ -66,15 +68,17 @@ def dataset_total(catalog: Any, book: str | None) -> int:
     return int(row["n"]) if row else 0
 
 
-def change_count(catalog: Any) -> tuple[int, int]:
-    """``(changes logged, highest sequence number)``: they differ where a rolled-back write used a number up."""
-    row = catalog.query_one("SELECT count(*) AS n, coalesce(max(seq), 0) AS last FROM book_changes")
-    return (int(row["n"]), int(row["last"])) if row else (0, 0)
+def change_count(catalog: Any) -> int:
+    """How many changes are logged. Not the highest ``seq``: PostgreSQL spends an identity value on an insert that
+    is rolled back (an ingest killed mid-book), so sequence numbers can have holes."""
+    row = catalog.query_one("SELECT count(*) AS n FROM book_changes")
+    return int(row["n"]) if row else 0
 
 
-def changes(catalog: Any, first_seq: int, last_seq: int) -> list[dict[str, Any]]:
-    """Logged changes with ``first_seq <= seq <= last_seq``, oldest first: ``seq, book_id, slug, kind, at``."""
+def changes(catalog: Any, first: int, last: int) -> list[dict[str, Any]]:
+    """The logged changes at positions ``first..last`` (1-based, oldest first, by ``seq``, holes skipped): ``seq,
+    book_id, slug, kind, at``. The log holds a few changes per book, so the offset stays cheap."""
     return catalog.query_all(
-        "SELECT seq, book_id, slug, kind, at FROM book_changes WHERE seq BETWEEN ? AND ? ORDER BY seq",
-        (first_seq, last_seq),
+        "SELECT seq, book_id, slug, kind, at FROM book_changes ORDER BY seq LIMIT ? OFFSET ?",
+        (max(0, last - first + 1), max(0, first - 1)),
     )

@@ -54,12 +54,18 @@ def is_cjk(token: str) -> bool:
     return len(token) == 1 and any(a <= ord(token) <= b for a, b in _CJK_RANGES)
 
 
+def _bare(text: str) -> str:
+    """``text`` unfolded, unmarked and case-folded, CJK still written as it was (``fold`` without the spelling)."""
+    if text.isascii():
+        return text.casefold()
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFKD", text).translate(_marks())).casefold()
+
+
 def fold(text: str) -> str:
     """``text`` as the index stores it and a query is matched: unfolded, unmarked, CJK spelled a character a token."""
     if text.isascii():
         return text.casefold()
-    bare = unicodedata.normalize("NFC", unicodedata.normalize("NFKD", text).translate(_marks()))
-    return _CJK.sub(r" \1 ", bare).casefold()
+    return _CJK.sub(r" \1 ", _bare(text))
 
 
 def _grams(run: str) -> str:
@@ -84,8 +90,9 @@ def index_terms(text: str) -> list[str]:
 
 @cache
 def fold_char(char: str) -> str:
-    """One character folded for locating matches in raw text: unfolded, unmarked and lower-cased (maybe empty)."""
-    return unicodedata.normalize("NFKD", char).translate(_marks()).casefold()
+    """One character folded for locating matches in raw text: unfolded, unmarked and lower-cased (maybe empty), and
+    composed again as ``fold`` composes (a Hangul syllable's NFKD is its jamo, which no folded query holds)."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFKD", char).translate(_marks())).casefold()
 
 
 @dataclass(frozen=True)
@@ -93,29 +100,34 @@ class Word:
     """One word of a query as its tokens (a run of CJK characters is one token a character)."""
 
     tokens: tuple[str, ...]
+    # Positions i where tokens[i - 1] and tokens[i] stood apart in the query (a space or a mark between them): the
+    # index holds no character pair across such a gap, so a run of CJK characters ends there.
+    apart: frozenset[int] = frozenset()
 
     @property
     def terms(self) -> tuple[str, ...]:
         """The index terms that must all stand in one text for the word to be there: its tokens, a run of two or
-        more CJK characters as its character pairs (``index_text``)."""
+        more adjacent CJK characters as its character pairs (``index_text``)."""
         out: list[str] = []
         run = ""
-        for token in (*self.tokens, ""):
-            if token and is_cjk(token):
+        for i, token in enumerate((*self.tokens, "")):
+            if token and is_cjk(token) and not (run and i in self.apart):
                 run += token
                 continue
             if run:
                 out += [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
                 run = ""
-            if token:
+            if token and is_cjk(token):
+                run = token
+            elif token:
                 out.append(token)
         return tuple(dict.fromkeys(out))
 
     @property
     def ordered(self) -> bool:
         """Whether the index's terms cannot tell the word is there: two or more tokens that must stand in order
-        (a quoted phrase, ``golden-age``); a run of CJK characters is told by its character pairs."""
-        return len(self.tokens) > 1 and not all(is_cjk(t) for t in self.tokens)
+        (a quoted phrase, ``golden-age``, CJK words apart); one run of CJK characters is told by its pairs."""
+        return len(self.tokens) > 1 and (bool(self.apart) or not all(is_cjk(t) for t in self.tokens))
 
     def in_folded(self, folded: str) -> bool:
         """Whether ``folded`` (text passed through ``fold``) holds the word's tokens in order, as whole tokens."""
@@ -138,7 +150,12 @@ def query_words(query: str) -> list[Word]:
     for number, part in enumerate(query.split('"')):
         chunks = [part] if number % 2 else part.split()
         for chunk in chunks:
-            tokens = tuple(_TOKEN.findall(fold(chunk)))
+            tokens: list[str] = []
+            apart: set[int] = set()
+            for run in _TOKEN.findall(_bare(chunk)):  # runs of letters and digits, CJK as written
+                if tokens:
+                    apart.add(len(tokens))
+                tokens += _TOKEN.findall(_CJK.sub(r" \1 ", run))
             if tokens:
-                words.append(Word(tokens))
+                words.append(Word(tuple(tokens), frozenset(apart)))
     return words

@@ -63,8 +63,11 @@ def _pattern(words: list[Word]) -> re.Pattern[str]:
     for word in words:
         first, *rest = word.tokens
         body = re.escape(first)
-        for before, token in zip(word.tokens, rest, strict=False):
-            gap = (r"[\W_]+", r"[\W_]*", "")[is_cjk(before) + is_cjk(token)]  # between CJK characters, none
+        for i, (before, token) in enumerate(zip(word.tokens, rest, strict=False), 1):
+            cjk = is_cjk(before) + is_cjk(token)
+            if cjk == 2 and i in word.apart:  # CJK words the query wrote apart: a space or a mark may stand between
+                cjk = 1
+            gap = (r"[\W_]+", r"[\W_]*", "")[cjk]  # between adjacent CJK characters, none
             body += gap + re.escape(token)
         alternatives.append(body)
     return re.compile("|".join(sorted(alternatives, key=len, reverse=True)))
@@ -104,11 +107,13 @@ def snippet(text: str, words: list[Word], width: int = SNIPPET_CHARS) -> dict[st
     if found is None:
         return None
     # one folded character per raw one (ASCII, Latin with accents or long s, Chinese): offsets are the same
-    first = found[0] if len(folded) == len(text) else _raw_offset(text, found[0])
+    same = len(folded) == len(text)
+    first = found[0] if same else _raw_offset(text, found[0])
+    last = found[1] if same else _raw_offset(text, found[1] - 1) + 1
     start = max(0, first - width // 3)
-    end = min(len(text), start + width)
+    end = min(len(text), max(start + width, last))  # a long match (a quoted passage) is shown whole
     spans = locate(text[start:end], words)  # only the window is walked character by character
-    if not spans:  # a match cut by the window's end
+    if not spans:
         return None
     trimmed = start
     if start > 0 and (space := text.find(" ", start, start + spans[0][0])) != -1:

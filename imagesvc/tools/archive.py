@@ -120,9 +120,9 @@ def plan_archive(
     start = low if first is None else first
     end = high if last is None else min(last, high)
     if start > high or start > end:
+        asked = f"from={start} is past the last page" if start > high else f"from={start} comes after to={last}"
         raise InvalidRequest(
-            f"Pages {start}-{last if last is not None else high} lie outside {book['slug']!r}, which has pages "
-            f"{low}-{high}.",
+            f"{asked} of the range; {book['slug']!r} has pages {low}-{high}.",
             recovery=[f"Ask for from={low} to to={high}, or leave them out for the whole book."],
             details={"book_id": book["id"], "first_page": low, "last_page": high},
         )

@@ -23,12 +23,12 @@ from imagesvc.imaging import TIERS
 from imagesvc.services import Services
 from imagesvc.surface.paging import envelope
 from imagesvc.tools import Call, tool
-from imagesvc.tools.archive import require_key
+from imagesvc.tools.archive import MAX_PAGE, require_key
 from imagesvc.tools.books import require_book
 
 __all__ = ["CHANGES_PAGE", "list_dataset_changes", "list_dataset_images"]
 
-CHANGES_PAGE = 100  # activities per OrderedCollectionPage: page k holds change numbers (k-1)*100+1 .. k*100
+CHANGES_PAGE = 100  # activities per OrderedCollectionPage: page k holds the (k-1)*100+1-th to the k*100-th change
 DISCOVERY_CONTEXT = "http://iiif.io/api/discovery/1/context.json"
 
 
@@ -39,7 +39,9 @@ def _cursor(book_id: str, number: int) -> str:
 def _after(cursor: str) -> tuple[str, int]:
     try:
         book_id, number = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if not isinstance(book_id, str) or not isinstance(number, int):
+        # The caller's text decoded: a page number the catalog could not compare (past int64, or a JSON true) is
+        # as foreign as malformed base64.
+        if not isinstance(book_id, str) or type(number) is not int or not 0 <= number <= MAX_PAGE:
             raise ValueError(cursor)
     except (ValueError, TypeError) as exc:
         raise InvalidRequest(
@@ -143,8 +145,8 @@ async def list_dataset_changes(services: Services, call: Call, page: int | None 
     require_key(call, "The change feed and other bulk dataset features")
     settings = services.settings
     base = f"{settings.site_url}{settings.base_path}/dataset/changes"
-    total, last_seq = change_count(services.catalog)
-    pages = max(1, math.ceil(last_seq / CHANGES_PAGE))  # a page holds a fixed range of sequence numbers
+    total = change_count(services.catalog)
+    pages = max(1, math.ceil(total / CHANGES_PAGE))
 
     def ref(k: int) -> dict[str, str]:
         return {"id": f"{base}?page={k}", "type": "OrderedCollectionPage"}

@@ -372,8 +372,8 @@ def test_json_columns_round_trip(library: Catalog) -> None:
 def test_the_change_log_records_create_update_and_delete_on_both_backends(library: Catalog) -> None:
     """The bulk dataset's change feed (triggers of migration 6): a new book is a Create, a new source manifest hash an
     Update (the same hash written again is nothing), a withdrawal a Delete, a withdrawn book coming back a Create."""
-    count, start = dataset.change_count(library)
-    assert count == start == 3 and {c["kind"] for c in dataset.changes(library, 1, start)} == {"Create"}
+    start = dataset.change_count(library)
+    assert start == 3 and {c["kind"] for c in dataset.changes(library, 1, start)} == {"Create"}
     fresh = book(5, title="Musaeum Hermeticum")
     write_book(library, fresh, {1: [], 2: []})  # hash-1
     write_book(library, fresh, {1: [], 2: []})  # the same manifest again: no change
@@ -384,7 +384,7 @@ def test_the_change_log_records_create_update_and_delete_on_both_backends(librar
         assert w.withdraw_book(conn, fresh["id"])  # already withdrawn: no second Delete
     with library.transaction() as conn:
         w.upsert_book(conn, fresh, "hash-2")  # back, with the hash it had
-    logged = dataset.changes(library, start + 1, dataset.change_count(library)[1])
+    logged = dataset.changes(library, start + 1, dataset.change_count(library))
     assert [(c["book_id"], c["slug"], c["kind"]) for c in logged] == [
         (fresh["id"], "book-5", kind) for kind in ("Create", "Update", "Delete", "Create")
     ]

@@ -221,3 +221,34 @@ def test_two_writers_of_one_page_at_once_leave_the_later_text_indexed(backend: B
     thread.join(10)
     assert pages_for(second, "aqua", book="eeee") == [1]
     assert pages_for(second, "ammoniac", book="eeee") == pages_for(second, "salt", book="eeee") == []
+
+
+@pytest.mark.parametrize(
+    ("query", "pages"),
+    [
+        pytest.param("之書，黃金", [1]),  # a passage copied with the print's own comma
+        pytest.param('"之書 黃金"', [1]),  # a quoted phrase across it
+        pytest.param('"연금술 서적"', [6]),  # Korean has spaces between words: a two-word phrase
+        pytest.param("연금술，서적", [6]),
+        ('"서적 연금술"', []),  # in its order
+        ("술서", []),  # characters apart in the text are not a word
+    ],
+)
+def test_cjk_words_apart_in_the_query_are_found_apart_in_the_text(
+    catalog: Catalog, query: str, pages: list[int]
+) -> None:
+    write_book(catalog, "aaaa", {6: ("대한민국의 연금술 서적", None, None)})
+    assert sorted(pages_for(catalog, query)) == pages
+
+
+def test_both_dialects_read_a_private_use_character_alike(backend: Backend, request: pytest.FixtureRequest) -> None:
+    """Transcriptions of medieval prints write abbreviation signs the MUFI way, as private-use characters (U+E000 to
+    U+F8FF), next to letters. The query side reads such a sign as a separator, and so does PostgreSQL's term table;
+    both dialects must find the same pages."""
+    if backend.dialect == "sqlite":
+        reason = "FTS5's unicode61 keeps private-use characters (category Co) inside tokens: 'dno' is not found"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    catalog = backend.open()
+    write_book(catalog, "mufi", {1: ("Anno d\ue5dcni, \ue665dno", None, None), 2: ("nihil", None, None)})
+    assert [w.tokens for w in query_words("\ue665dno")] == [("dno",)]
+    assert pages_for(catalog, "dno", book="mufi") == [1]

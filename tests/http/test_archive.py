@@ -231,3 +231,61 @@ async def test_the_tool_prices_the_archive_without_delivering_it(client: TestCli
     assert result["cost"] == {"requests": 1, "pool": "images", "units": 6, "remaining": 4, "affordable": 4}
     assert result["image_unavailable"] == [7]
     assert await _images_used(client, key) == 1996
+
+
+async def test_head_range_and_conditional_requests_pay_for_what_is_delivered(
+    client: TestClient, data_dir: Path, tmp_path: Path
+) -> None:
+    """A HEAD answers as GET would and sends no member, so it costs nothing (and is a 429 where GET is one); a Range
+    or conditional header does not make a partial or empty archive that is charged whole: the archive is sent whole,
+    each image charged once."""
+    key, key_id = new_key(data_dir, "free")
+    head = await client.head(f"/api/books/{MINES}/archive", params={"tier": "thumb"}, headers=_auth(key))
+    assert head.status == 200 and head.headers["X-Archive-Images"] == "6" and await head.read() == b""
+    assert await _images_used(client, key) == 0
+    for extra in ({"Range": "bytes=0-99"}, {"If-None-Match": "*"}, {"If-Range": '"x"', "Range": "bytes=10-"}):
+        resp = await client.get(f"/api/books/{MINES}/archive", params={"tier": "thumb"}, headers=_auth(key) | extra)
+        assert resp.status == 200 and "Content-Range" not in resp.headers, extra
+        root = _unzip(await resp.read(), tmp_path / str(len(extra)) / extra.get("Range", "none"))
+        bagit.Bag(str(root)).validate()
+        assert len(list((root / "data").iterdir())) == 6
+    assert await _images_used(client, key) == await _metered_images(client, key) == 18
+    await _spend(client, key_id, leave=18)  # the 18 delivered above and these: the pool is spent
+    empty = await client.head(f"/api/books/{MINES}/archive", params={"tier": "thumb"}, headers=_auth(key))
+    assert empty.status == 429 and int(empty.headers["Retry-After"]) > 0
+
+
+async def test_a_clean_archive_holds_the_pixels_clean_image_sends_and_never_the_marked_ones(
+    client: TestClient, data_dir: Path, tmp_path: Path
+) -> None:
+    from PIL import Image, ImageChops
+
+    key, _ = new_key(data_dir, "full")
+    resp = await client.get(f"/api/books/{MINES}/archive", params={"tier": "thumb", "clean": "1"}, headers=_auth(key))
+    assert resp.status == 200 and resp.headers["Content-Disposition"].endswith('-thumb-clean-p1-7.zip"')
+    root = _unzip(await resp.read(), tmp_path)
+    assert root.name == f"{MINES}-thumb-clean" and bagit.Bag(str(root)).info["Clean"] == "true"
+    member = root / "data" / f"{MINES}-p2-thumb-clean.jpg"
+
+    async def pixels(clean: str) -> Image.Image:
+        params = {"book_id": MINES, "page": "2", "tier": "thumb", "clean": clean}
+        got = await client.get("/api/image", params=params, headers=_auth(key))
+        return Image.open(io.BytesIO(await got.read())).convert("RGB")
+
+    archived = Image.open(member).convert("RGB")
+    assert ImageChops.difference(archived, await pixels("1")).getbbox() is None  # the same pixels as /image sends
+    assert ImageChops.difference(archived, await pixels("0")).getbbox() is not None  # not the marked tier's
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [({"from": "20"}, "from=20 is past the last page"), ({"from": "5", "to": "3"}, "from=5 comes after to=3")],
+)
+async def test_a_range_refusal_says_what_is_wrong_with_it(
+    client: TestClient, data_dir: Path, params: dict[str, str], says: str
+) -> None:
+    key, _ = new_key(data_dir, "full")
+    resp = await client.get(f"/api/books/{MINES}/archive", params=params, headers=_auth(key))
+    body = await resp.json()
+    assert resp.status == 400 and body["message"].startswith(says) and "has pages 1-7" in body["message"], body
+    assert "Pages 20-7" not in body["message"] and "5-3 lie outside" not in body["message"]

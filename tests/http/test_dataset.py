@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from imagesvc.catalog import Catalog
@@ -90,3 +91,37 @@ async def test_the_change_feed_is_iiif_change_discovery_and_records_a_withdrawal
     assert newest["object"]["id"] == f"{SITE}/iiif/3/manifest/{withdrawn}"  # the withdrawn book
     assert {a["type"] for a in page["orderedItems"]} <= {"Create", "Update", "Delete"}
     assert (await client.get("/api/dataset/changes?page=999", headers=_auth(key))).status == 404
+
+
+def _forged(position: object) -> str:
+    import base64
+    import json
+
+    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "position",
+    [
+        pytest.param(["demo", 10**30], id="huge"),
+        pytest.param(["demo", 2**63], id="past-int64"),
+        pytest.param(["demo", -(2**63) - 1], id="below-int64"),
+        pytest.param(["demo", True], id="bool"),
+        pytest.param([None, 1], id="no-book"),
+        pytest.param(["demo"], id="short"),
+        pytest.param("demo", id="not-a-list"),
+    ],
+)
+async def test_a_forged_cursor_is_a_400_naming_it_on_both_doors(
+    client: TestClient, data_dir: Path, position: object
+) -> None:
+    """A cursor is opaque, but it is the caller's text: one decoded into a page number past what the catalog can
+    hold is refused like any other cursor the service did not give out, never a 500."""
+    key, _ = new_key(data_dir, "free")
+    resp = await client.get("/api/dataset/images", params={"cursor": _forged(position)}, headers=_auth(key))
+    body = await resp.json()
+    assert (resp.status, body["error"], body["parameter"]) == (400, "invalid_request", "cursor"), body
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "list_dataset_images", "arguments": {"cursor": _forged(position)}}}  # fmt: skip
+    result = (await (await client.post("/api/mcp", json=call, headers=_auth(key))).json())["result"]
+    assert result["isError"] and result["structuredContent"]["error"] == "invalid_request", result

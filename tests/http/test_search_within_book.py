@@ -129,3 +129,51 @@ async def test_the_book_pages_search_form(client: TestClient) -> None:
     assert limits["pools"]["text"]["used"] == 2  # the reading page, then one hit: metered as the API door is
     nothing = await (await client.get(f"/book/{SPECULUM}", params={"q": "<script>unicorn"})).text()
     assert "<script>unicorn" not in nothing and "No page matches" in nothing
+
+
+async def test_korean_hits_show_the_words_they_were_charged_for(client: TestClient) -> None:
+    """Hangul syllables are one of the scripts written without spaces that the index spells a character a token: a
+    page found by a Korean query is served, and charged one text unit, with a snippet marking the word, never as a
+    bare page number that cost a unit and showed no text."""
+    from imagesvc.catalog import Catalog
+    from tests.catalog.test_page_search import write_book
+
+    catalog = Catalog(_data_dir(client) / "catalog.sqlite3")
+    try:
+        write_book(
+            catalog, "k0rea", {1: ("대한민국의 연금술 서적", "A Korean book of alchemy", None), 2: ("없음", None, None)}
+        )
+    finally:
+        catalog.close()
+    for query, word in (("연금술", "연금술"), ("한민", "한민"), ('"연금술 서적"', "연금술 서적")):
+        status, body = await _search(client, "k0rea", q=query)
+        assert status == 200, body
+        assert [hit["page"] for hit in body["hits"]] == [1], query
+        (cut,) = body["hits"][0]["snippets"]
+        assert cut["field"] == "ocr"
+        assert word in [cut["text"][a:b] for a, b in cut["highlights"]], query
+    limits = await (await client.get("/api/rate_limit")).json()
+    assert limits["pools"]["text"]["used"] == 3  # one page served each time
+
+
+async def test_a_long_quoted_passage_is_shown_in_the_snippet_it_was_charged_for(client: TestClient) -> None:
+    """Pasting a sentence from a page in quotes is how a reader checks a quotation: the page is found, charged one
+    unit, and its snippet shows the passage highlighted, however far down the page it stands."""
+    from imagesvc.catalog import Catalog
+    from tests.catalog.test_page_search import write_book
+
+    passage = (
+        "the philosophers of the furnace gathered their vessels of glass and of clay, and they set the athanor upon "
+        "the hearth so that the fire might burn gently through the long nights of the work"
+    )
+    text = "Of the furnaces and their uses, as the masters wrote them down. " * 3 + passage + ", as was taught."
+    catalog = Catalog(_data_dir(client) / "catalog.sqlite3")
+    try:
+        write_book(catalog, "l0ng", {1: (None, text, None), 2: (None, "Nothing of the sort.", None)})
+    finally:
+        catalog.close()
+    status, body = await _search(client, "l0ng", q=f'"{passage}"')
+    assert status == 200 and [hit["page"] for hit in body["hits"]] == [1], body
+    (cut,) = body["hits"][0]["snippets"]
+    assert [cut["text"][a:b] for a, b in cut["highlights"]] == [passage]
+    assert body["pages_served"] == 1
