@@ -77,6 +77,7 @@ class ImageMatcher:
         self.follower = follower  # the published block index (``published.py``), when the node follows one
         self._index: BlockIndex | None = None
         self._job: asyncio.Future[Any] | None = None
+        self._failed: str | None = None  # the digest of a local index that would not load: not tried again
 
     @property
     def _data_dir(self) -> Path:
@@ -95,10 +96,10 @@ class ImageMatcher:
         if self.follower is not None and not self.follower.local():
             return await self._ready_published(self.follower)
         digest = await asyncio.to_thread(current_digest, self._data_dir)
-        if digest is None or (self._index is not None and self._index.digest == digest):
+        if digest is None or digest == self._failed or (self._index is not None and self._index.digest == digest):
             return self._index
         if self._job is None or self._job.done():
-            self._job = asyncio.ensure_future(asyncio.to_thread(self._load))
+            self._job = asyncio.ensure_future(asyncio.to_thread(self._load, digest))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._job), self.services.settings.search_wait)
         return self._index
@@ -127,8 +128,16 @@ class ImageMatcher:
         await asyncio.to_thread(follower.loaded, row)
         log.info("search by image: %s", self.state())
 
-    def _load(self) -> None:
-        index = load_blocks(self._data_dir)
+    def _load(self, digest: str) -> None:
+        """Load the index the data dir names; one that will not load (cut short, altered, swapped away while it was
+        read) is logged and remembered, and the index in service stays (searches never see the error)."""
+        try:
+            index = load_blocks(self._data_dir)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:  # faiss reports a bad file as RuntimeError
+            self._failed = digest
+            log.error("search by image: feature index %s would not load (%s: %s); still %s", digest,
+                      type(exc).__name__, exc, self.state())  # fmt: skip
+            return
         if index is not None:
             self._index = index
             log.info("search by image: %s", self.state())

@@ -488,3 +488,24 @@ async def test_a_page_is_filled_past_results_withdrawn_since_the_search_snapshot
     assert len(shown) == 3 and listing["items"][1]["id"] not in shown and page["next_cursor"] == shown[-1]
     rest = await get(client, "/api/gallery", limit=3, maxPerBook=1000, cursor=page["next_cursor"])
     assert not set(shown) & {i["id"] for i in rest["items"]}
+
+
+async def test_a_feature_index_that_will_not_load_is_not_a_500(
+    make_client: MakeClient, data_dir: Path, demo_library: dict[str, Any]
+) -> None:
+    """A feature index cut short on disk (a copy interrupted, a disk error) is logged and not tried again: search by
+    image answers, finding nothing, instead of a 500 and a fresh load at every search."""
+    folder = data_dir / "featureindex"
+    pointer = json.loads((folder / "current.json").read_text())
+    faiss_file = folder / f"index-{pointer['digest']}.faiss"
+    faiss_file.write_bytes(faiss_file.read_bytes()[:100])
+    client = await make_client(search_wait=120)
+    root, printings = _printings(demo_library)
+    x0, y0, x1, y1 = printings[0]["box"]
+    picture = _jpeg(_page(root, printings[0]).crop((x0, y0, x1, y1)))
+    for _ in range(2):
+        response = await client.post(
+            "/api/gallery/search-by-image", data=picture, headers={"Content-Type": "image/jpeg"}
+        )
+        body = await response.json()
+        assert response.status == 200 and body["same_block"] == [], body
