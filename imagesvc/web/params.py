@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -52,10 +53,17 @@ def route_name(request: web.Request) -> str:
     return f"{request.method} {resource.canonical if resource is not None else request.path}"
 
 
+# A number in a query string is written as JSON writes one, in ASCII digits: Python's int() and float() would also
+# take "1_000", "٣", "５" and "nan", which no other door accepts.
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+
+
 def coerce(raw: str, prop: dict[str, Any]) -> Any:
     """One query value as the schema's type; a value that does not parse is passed on for validation to refuse."""
     kind = prop.get("type")
     text = raw.strip()
+    if kind in ("integer", "number") and not _NUMBER.fullmatch(text):
+        return raw
     if kind == "integer":
         try:
             return int(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
@@ -133,3 +134,15 @@ def test_no_path_but_the_usage_meter_carries_a_version() -> None:
     """Spec: the usage endpoint's path carries ``v1`` (/dataset/v1/usage); no other path carries a version."""
     versioned = [r.path for r in ROUTES if re.search(r"/v\d+(/|$)", r.path)]
     assert versioned == ["/dataset/v1/usage"]
+
+
+@pytest.mark.parametrize("written", ["1_0", "١٠", "１０", "nan", "inf", "0x0a"])
+async def test_a_query_string_number_is_written_in_ascii_digits(written: str, server: TestServer) -> None:
+    """Python would read each of these as a number; JSON (MCP, request bodies) would not, so no door does: the same
+    argument written as a JSON-number-like ASCII string is taken, these are a 400 naming it."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(server.make_url("/api/books"), params={"limit": written}) as resp:
+            body = await resp.json()
+            assert resp.status == 400 and body["error"] == "invalid_request", body
+        async with http.get(server.make_url("/api/books"), params={"limit": "1e1"}) as resp:
+            assert resp.status == 200 and (await resp.json())["limit"] == 10
