@@ -68,17 +68,28 @@ def test_a_saturated_pool_is_busy_not_an_outage_and_opens_no_connection_past_its
     """With every pooled connection taken and the server taking no more, a read is answered "busy" after the pool
     timeout; the catalog was declared unreachable (failing every call fast) by a probe connection past the pool."""
     url = _role_database(postgres_server, connections=2)
-    catalog = PostgresCatalog(url, pool_size=2, pool_timeout=0.5)
+    # The pool timeout leaves a loaded host time to open both connections for the holders; their statements outlast
+    # it, so the read below finds every connection taken for the whole of its wait.
+    catalog = PostgresCatalog(url, pool_size=2, pool_timeout=3)
+    failures: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            catalog.scalar("SELECT pg_sleep(8)")
+        except Exception as exc:  # reported below, not lost in the thread
+            failures.append(exc)
+
     try:
-        holders = [threading.Thread(target=catalog.scalar, args=("SELECT pg_sleep(2)",)) for _ in range(2)]
+        holders = [threading.Thread(target=hold) for _ in range(2)]
         for holder in holders:
             holder.start()
-        time.sleep(0.5)  # both connections (all the role may hold) are now held by slow statements
+        time.sleep(2)  # both connections (all the role may hold) are now held by slow statements
         with pytest.raises(Unavailable, match="busy") as caught:
             catalog.counts()
         assert caught.value.headers["Retry-After"] == "1"
         for holder in holders:
             holder.join()
+        assert not failures, failures
         assert catalog.counts()["books"] == 0  # served at once: no outage was declared
     finally:
         catalog.close()
