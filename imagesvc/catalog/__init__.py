@@ -134,6 +134,11 @@ class Catalog:
         """A value that changes when another connection commits a catalog write (search state rebuilds on it)."""
         return self.scalar("PRAGMA data_version")
 
+    def change_stamp(self) -> Any:
+        """A value that changes with every committed catalog write that counts can see, this connection's own
+        included (``data_version`` moves only for other connections' commits)."""
+        return self.data_version(), self._conn.total_changes
+
     def stream(self, sql: str, args: Iterable[Any] = ()) -> Iterator[tuple[Any, ...]]:
         """The rows of a large read one at a time, as plain tuples with JSON columns left as text.
 

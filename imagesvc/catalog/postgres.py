@@ -255,6 +255,10 @@ class PostgresCatalog(Catalog):
     def data_version(self) -> Any:
         return self.scalar("SELECT changes FROM catalog_state WHERE id = 1")
 
+    def change_stamp(self) -> Any:
+        """The change counter: every write transaction but API keys' moves it, whichever process committed it."""
+        return self.data_version()
+
     def stream(self, sql: str, args: Iterable[Any] = ()) -> Iterator[tuple[Any, ...]]:
         """Rows of a large read through a server-side cursor (a bounded batch in memory at a time)."""
         name = f"imagesvc_stream_{threading.get_ident()}_{time.monotonic_ns()}"
