@@ -22,7 +22,7 @@ from tests.servers import PG_BIN_DIRS, PostgresServer, ServerUnavailable, free_p
 
 __all__ = ["database_bytes", "persistent_postgres"]
 
-SETTINGS = {"shared_buffers": "1GB", "max_wal_size": "8GB", "checkpoint_timeout": "30min", "work_mem": "16MB"}
+SETTINGS = {"shared_buffers": "1GB", "max_wal_size": "2GB", "checkpoint_timeout": "30min", "work_mem": "16MB"}
 
 
 def persistent_postgres(workdir: Path) -> PostgresServer:

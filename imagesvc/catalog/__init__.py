@@ -205,14 +205,21 @@ class Catalog:
 
     def page_list(self, book_id: str) -> list[dict[str, Any]]:
         """A book's pages in order without their text: ``has_ocr``, ``has_translation`` and ``has_original`` say
-        which texts a page holds (listing pages must not read ~5 KB of text a page)."""
-        return self.query_all(
-            "SELECT id, book_id, number, image_unavailable, unavailable_reason, width, height,"
-            " ocr IS NOT NULL AS has_ocr, translation IS NOT NULL AS has_translation,"
-            " original IS NOT NULL AS has_original"
-            f" FROM pages {self._indexed_by('pages_listing')} WHERE book_id = ? ORDER BY number",  # table: NULL tests
+        which texts a page holds (listing pages must not read ~5 KB of text a page).
+
+        On SQLite the listing is the ``pages_listing`` index alone and which texts a page holds comes from the page
+        index's row ids (one per text): testing the columns for NULL read every page row (1.2 MB a 300-page book;
+        17-120 ms at 750,000 pages when the file is larger than the memory caching it)."""
+        rows = self.query_all(
+            "SELECT id, book_id, number, image_unavailable, unavailable_reason, width, height"
+            " FROM pages INDEXED BY pages_listing WHERE book_id = ? ORDER BY number",
             (book_id,),
         )
+        held = page_text.texts_held(self, book_id)
+        for row in rows:
+            fields = held.get(row["number"], ())
+            row.update({f"has_{field}": int(field in fields) for field in page_text.FIELDS})
+        return rows
 
     def search_pages(
         self, book_id: str, words: list[Word], fields: list[str], *, limit: int, offset: int

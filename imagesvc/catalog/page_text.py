@@ -21,7 +21,17 @@ from typing import Any
 
 from imagesvc.catalog.text_fold import Word, fold, index_text
 
-__all__ = ["FIELDS", "build", "index_page", "index_pages", "rank", "search", "unindex_page", "unindex_pages"]
+__all__ = [
+    "FIELDS",
+    "build",
+    "index_page",
+    "index_pages",
+    "rank",
+    "search",
+    "texts_held",
+    "unindex_page",
+    "unindex_pages",
+]
 
 FIELDS = ("ocr", "translation", "original")
 FIELD_BITS = 2
@@ -76,6 +86,20 @@ def unindex_pages(conn: sqlite3.Connection, book_id: str, numbers: Sequence[int]
         ).fetchall()
         rows = [row for number, *old in found for row in _rows(n, number, dict(zip(FIELDS, old, strict=True)))]
         conn.executemany("INSERT INTO pages_fts (pages_fts, rowid, text) VALUES ('delete', ?, ?)", rows)
+
+
+def texts_held(catalog: Any, book_id: str) -> dict[int, set[str]]:
+    """``{page number: the fields it holds a text in}`` for one book, from the index's row ids alone (a range of
+    the index's row-id table; no page row is read)."""
+    n = catalog.scalar("SELECT n FROM page_text_books WHERE book_id = ?", (book_id,))
+    if n is None:
+        return {}
+    held: dict[int, set[str]] = {}
+    page_mask, field_mask = (1 << PAGE_BITS) - 1, (1 << FIELD_BITS) - 1
+    low, high = n << BOOK_SHIFT, ((n + 1) << BOOK_SHIFT) - 1
+    for rowid in catalog.column("SELECT rowid FROM pages_fts WHERE rowid BETWEEN ? AND ?", (low, high)):
+        held.setdefault((rowid >> FIELD_BITS) & page_mask, set()).add(FIELDS[rowid & field_mask])
+    return held
 
 
 def build(conn: sqlite3.Connection) -> int:

@@ -270,6 +270,15 @@ class PostgresCatalog(Catalog):
     def _indexed_by(self, index: str) -> str:
         return ""
 
+    def page_list(self, book_id: str) -> list[dict[str, Any]]:
+        """As on SQLite; the NULL tests read the table, whose rows are small here (the texts live in TOAST)."""
+        return self.query_all(
+            "SELECT id, book_id, number, image_unavailable, unavailable_reason, width, height,"
+            " (ocr IS NOT NULL)::int AS has_ocr, (translation IS NOT NULL)::int AS has_translation,"
+            " (original IS NOT NULL)::int AS has_original FROM pages WHERE book_id = ? ORDER BY number",
+            (book_id,),
+        )
+
     def search_pages(
         self, book_id: str, words: list[Word], fields: list[str], *, limit: int, offset: int
     ) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:

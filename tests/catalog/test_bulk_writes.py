@@ -96,3 +96,22 @@ def test_a_batch_rewrite_replaces_texts_illustrations_and_renditions(catalog: Ca
     assert not any(catalog.renditions(["rewritten-2-i0"]).values())
     table = "pages_fts" if backend.dialect == "sqlite" else "page_texts"
     assert catalog.scalar(f"SELECT count(*) FROM {table}") == 3 + 2 + 3  # one row per text the pages hold now
+
+
+def test_the_page_list_says_which_texts_each_page_holds_after_rewrites(catalog: Catalog) -> None:
+    """The listing (``get_book``, IIIF manifests) reads no text; which texts a page holds follows every write."""
+    with catalog.transaction() as conn:
+        w.upsert_book(conn, _book("listed"), "h")
+        w.upsert_pages(conn, _rows("listed", TEXTS, {}))
+    with catalog.transaction() as conn:  # page 1 loses its original, keeps an empty OCR; page 3 goes
+        w.upsert_pages(conn, _rows("listed", {1: ("", "the secret art", None)}, {}))
+        w.delete_pages_not_in(conn, "listed", [1, 2])
+    listed = [(p["number"], p["has_ocr"], p["has_translation"], p["has_original"]) for p in catalog.page_list("listed")]
+    assert listed == [(1, 1, 1, 0), (2, 1, 1, 0)]
+    stored = catalog.query_all(
+        "SELECT number, ocr IS NOT NULL AS o, translation IS NOT NULL AS t, original IS NOT NULL AS g FROM pages"
+        " WHERE book_id = ? ORDER BY number",
+        ("listed",),
+    )
+    assert listed == [(r["number"], int(r["o"]), int(r["t"]), int(r["g"])) for r in stored]
+    assert catalog.page_list("no-such-book") == []
