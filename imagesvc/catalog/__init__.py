@@ -231,6 +231,16 @@ class Catalog:
     def page(self, book_id: str, number: int) -> dict[str, Any] | None:
         return self.query_one("SELECT * FROM pages WHERE book_id = ? AND number = ?", (book_id, number))
 
+    def pages_numbered(self, book_id: str, numbers: Iterable[int]) -> dict[int, dict[str, Any]]:
+        """``{number: page row}`` for the listed pages of a book that exist, in one query (on PostgreSQL a query is
+        a round trip: the 20 hits of a search inside a book were 20 of them, 77 ms p50 at 400,000 pages)."""
+        wanted = sorted(set(numbers))
+        if not wanted:
+            return {}
+        marks = ", ".join("?" * len(wanted))
+        rows = self.query_all(f"SELECT * FROM pages WHERE book_id = ? AND number IN ({marks})", (book_id, *wanted))
+        return {row["number"]: row for row in rows}
+
     def page_image(self, id_or_slug: str, number: int, tier: str) -> dict[str, Any] | None:
         """Everything ``/image`` needs for one page tier, in one indexed look-up; None when no live book matches.
 

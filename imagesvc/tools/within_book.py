@@ -73,8 +73,9 @@ async def search_within_book(
     granted = await reserve_text(call, len(found))
     sealer = Sealer.for_call(book, call.caller.key_ref, services.colophon_secret)
     hits = []
+    served = services.catalog.pages_numbered(book["id"], [number for number, _, _ in found[:granted]])
     for number, score, texts in found[:granted]:
-        page = services.catalog.page(book["id"], number)
+        page = served.get(number)
         if page is None:  # withdrawn between the two reads
             continue
         url = services.page_url(book["slug"], number)

@@ -78,6 +78,9 @@ def test_a_book_written_in_one_batch_reads_as_one_written_page_by_page(catalog: 
     assert batched == _state(catalog, "page1by1")
     assert batched["found"] == {"secret": [1], "בראשית": [1], "黃金": [2], "الكيمياء": [3], "gold": [2], "sun": []}
     assert [i["description"] for i in batched["illustrations"]] == ["a sun over a furnace", "a dragon"]
+    read = catalog.pages_numbered("batched1", [3, 1, 99])  # the snippets' one read: pages that exist, with text
+    assert {n: read[n]["ocr"] for n in read} == {1: TEXTS[1][0], 3: TEXTS[3][0]}
+    assert catalog.pages_numbered("batched1", []) == {}
 
 
 def test_a_batch_rewrite_replaces_texts_illustrations_and_renditions(catalog: Catalog, backend: Backend) -> None:
