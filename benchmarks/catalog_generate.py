@@ -4,27 +4,39 @@ The real library: ~15,000 books x ~300 pages (~4.5 million pages), each page wit
 translation (~2.0 KB) and, on most pages, the original text in the book's language (~2.0 KB on 60% of pages), so
 ~5.4 KB of text a page; ~200,000 illustrations (~13 a book). Books are in Latin, German, French, Italian, Hebrew,
 Arabic and Chinese; words are drawn from small per-language vocabularies with a Zipf-like skew plus invented rarer
-words (names, OCR noise), so the index has a long tail of terms like real text. Seeded: the same arguments write the
-same catalog.
+words (names, OCR noise), so the index has a long tail of terms like real text. Text is drawn as whole sentences
+from a seeded pool of 40,000 sentences a language (each with one rare word), which is what makes generation fast.
+Seeded by book: the same arguments write the same catalog, whatever the number of workers or restarts.
 
-Pages are written with ``catalog.writes.upsert_book``/``upsert_page`` (the path ingest takes, so the page-text index
-is kept as ingest keeps it), one transaction per book.
+Each book is written with ``catalog.writes.upsert_book``/``upsert_pages`` in one transaction (the path and batching
+ingest uses, so the page-text index is kept as ingest keeps it). Worker processes (``--workers``) make the books'
+text; the main process is the one writer. SQLite in ``DATA_DIR/catalog.sqlite3``, or ``--backend postgres``: a
+PostgreSQL cluster of its own in ``DATA_DIR/pg`` (created on the first run, started and stopped by each run).
 
-    .venv/bin/python benchmarks/catalog_generate.py DATA_DIR --books 1500 [--pages 300] [--illustrations 20000]
+    nice -n 15 .venv/bin/python benchmarks/catalog_generate.py DATA_DIR --books 15000 [--pages 300]
+        [--illustrations 200000] [--backend sqlite|postgres] [--workers 2]
 
-Prints progress and, at the end, the catalog file's size. Resumable: books already in the catalog are skipped.
+Prints progress and, at the end, the catalog's size. Resumable: books already in the catalog are skipped (a killed
+run loses at most the book it was writing, which its transaction never committed).
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
+import multiprocessing
 import random
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.catalog_postgres import database_bytes, persistent_postgres
 from imagesvc.catalog import Catalog, illustration_id, page_id, page_text
 from imagesvc.catalog import writes as w
 from imagesvc.catalog.schema import MIGRATIONS, statements
@@ -90,30 +102,41 @@ OCR_BYTES, TRANSLATION_BYTES, ORIGINAL_BYTES, ORIGINAL_SHARE = 2200, 2000, 2000,
 TYPES = ("emblem", "diagram", "plant", "portrait", "apparatus", "map", "ornament")
 
 
+POOL = 40_000  # sentences a language
+
+
 class Words:
-    """Text in one language: vocabulary words (Zipf-skewed) with invented rarer words mixed in."""
+    """Text in one language: sentences of vocabulary words (Zipf-skewed), each with one invented rarer word, drawn
+    from a pool made once."""
 
     def __init__(self, vocabulary: list[str], joined: bool, rng: random.Random) -> None:
-        self.rng, self.joined = rng, joined
-        self.vocabulary = vocabulary
-        self.weights = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(vocabulary))))
+        weights = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(vocabulary))))
         letters = "".join(sorted(set("".join(vocabulary))))
-        self.rare = ["".join(rng.choices(letters, k=rng.randint(2 if joined else 4, 3 if joined else 11)))
-                     for _ in range(20_000)]  # fmt: skip
+        rare = ["".join(rng.choices(letters, k=rng.randint(2 if joined else 4, 3 if joined else 11)))
+                for _ in range(20_000)]  # fmt: skip
+        sep, stop = ("", "。") if joined else (" ", ". ")
+        self.sentences: list[str] = []
+        for _ in range(POOL):
+            drawn = rng.choices(vocabulary, cum_weights=weights, k=12)
+            drawn[rng.randrange(12)] = rng.choice(rare)
+            self.sentences.append(sep.join(drawn) + stop)
+        self.mean_bytes = sum(len(x.encode()) for x in self.sentences) / POOL
 
-    def text(self, size: int) -> str:
+    def text(self, size: int, rng: random.Random) -> str:
         """About ``size`` bytes of UTF-8 text, in sentences."""
-        sep = "" if self.joined else " "
-        stop = "。" if self.joined else ". "
-        out: list[str] = []
-        length = 0
-        while length < size:
-            words = self.rng.choices(self.vocabulary, cum_weights=self.weights, k=12)
-            words[self.rng.randrange(12)] = self.rng.choice(self.rare)
-            sentence = sep.join(words) + stop
-            out.append(sentence)
-            length += len(sentence.encode())
-        return "".join(out)
+        return "".join(rng.choices(self.sentences, k=max(1, round(size / self.mean_bytes))))
+
+
+_TEXTS: dict[str, Words] = {}
+
+
+def _texts(seed: int) -> dict[str, Words]:
+    """The sentence pools (made once a process)."""
+    if not _TEXTS:
+        for i, (name, (_, vocabulary, joined)) in enumerate(LANGUAGES.items()):
+            _TEXTS[name] = Words(list(vocabulary) if joined else vocabulary.split(), joined, random.Random(seed + i))
+        _TEXTS["English"] = Words(ENGLISH, False, random.Random(seed - 1))
+    return _TEXTS
 
 
 def _book(n: int, language: str, rng: random.Random) -> dict[str, Any]:
@@ -148,60 +171,91 @@ def _illustration(book_id: str, number: int, index: int, rng: random.Random) -> 
     }
 
 
-def write_library(data_dir: Path, books: int, pages: int, illustrations: int, seed: int = 1) -> Path:
-    """Write (or finish) the generated catalog under ``data_dir``; returns its path."""
-    path = data_dir / "catalog.sqlite3"
-    catalog = Catalog(path)
-    done = {row["id"] for row in catalog.query_all("SELECT id FROM books")}
-    rng = random.Random(seed)
+def _language(n: int, seed: int) -> str:
     names = list(LANGUAGES)
-    shares = [LANGUAGES[name][0] for name in names]
-    texts = {name: Words(LANGUAGES[name][1].split() if not LANGUAGES[name][2] else list(LANGUAGES[name][1]),
-                         LANGUAGES[name][2], random.Random(seed + i)) for i, name in enumerate(names)}  # fmt: skip
-    english = Words(ENGLISH, False, random.Random(seed - 1))
+    cum = list(itertools.accumulate(LANGUAGES[name][0] for name in names))
+    return names[min(len(names) - 1, bisect.bisect(cum, random.Random(f"{seed}:{n}:language").random() * cum[-1]))]
+
+
+def make_book(job: tuple[int, int, int, int]) -> tuple[dict[str, Any], list[w.PageRows]]:
+    """Book ``n`` (with ``pages`` pages and ``count`` illustrations) as ``upsert_book`` and ``upsert_pages`` take it;
+    the same for the same arguments."""
+    n, pages, count, seed = job
+    language = _language(n, seed)
+    rng = random.Random(f"{seed}:{n}")
+    book = _book(n, language, rng)
+    texts = _texts(seed)
+    text, english = texts[language], texts["English"]
+    with_illus = set(rng.sample(range(1, pages + 1), min(count, pages)))
+    rows: list[w.PageRows] = []
+    for number in range(1, pages + 1):
+        page = {
+            "id": page_id(book["id"], number),
+            "book_id": book["id"],
+            "number": number,
+            "ocr": text.text(OCR_BYTES, rng),
+            "translation": english.text(TRANSLATION_BYTES, rng),
+            "original": text.text(ORIGINAL_BYTES, rng) if rng.random() < ORIGINAL_SHARE else None,
+            "image_unavailable": 1,
+            "unavailable_reason": "generated: no image",
+            "master_key": None,
+            "master_sha256": None,
+            "master_format": None,
+            "derivation": None,
+            "width": 1600,
+            "height": 2400,
+        }
+        rows.append((page, {}, [_illustration(book["id"], number, 0, rng)] if number in with_illus else []))
+    return book, rows
+
+
+def _made(jobs: list[tuple[int, int, int, int]], workers: int) -> Iterator[tuple[dict[str, Any], list[w.PageRows]]]:
+    if workers <= 0:
+        yield from map(make_book, jobs)
+        return
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        yield from pool.imap(make_book, jobs, chunksize=1)
+
+
+def open_catalog(data_dir: Path, backend: str) -> tuple[Catalog, Any]:
+    """The generated catalog under ``data_dir`` and a function that closes it (and stops its PostgreSQL)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if backend == "sqlite":
+        catalog = Catalog(data_dir / "catalog.sqlite3")
+        return catalog, catalog.close
+    from imagesvc.catalog.postgres import PostgresCatalog
+
+    server = persistent_postgres(data_dir / "pg")
+    catalog = PostgresCatalog(server.url, pool_size=2)
+
+    def close() -> None:
+        catalog.close()
+        server.stop()
+
+    return catalog, close
+
+
+def write_library(catalog: Catalog, books: int, pages: int, illustrations: int, seed: int = 1, workers: int = 0) -> int:
+    """Write (or finish) the generated catalog; returns the number of books written by this run."""
+    done = set(catalog.column("SELECT id FROM books"))
     per_book = illustrations / books
+    jobs = [
+        (n, pages, int(per_book * (n + 1)) - int(per_book * n), seed) for n in range(books) if f"{n:016x}" not in done
+    ]
+    print(f"{len(done)} books already written, {len(jobs)} to write", file=sys.stderr, flush=True)
     started = time.monotonic()
-    for n in range(books):
-        language = rng.choices(names, shares)[0]
-        book = _book(n, language, rng)
-        # the draws above happen for every book, so a resumed run writes the same books as a full one
-        count = int(per_book * (n + 1)) - int(per_book * n)
-        if book["id"] in done:
-            continue
-        book_rng = random.Random(f"{seed}:{n}")
-        text = texts[language]
-        text.rng = english.rng = book_rng
-        with_illus = set(book_rng.sample(range(1, pages + 1), min(count, pages)))
+    for written, (book, rows) in enumerate(_made(jobs, workers), 1):
         with catalog.transaction() as conn:
             w.upsert_book(conn, book, f"generated:{seed}")
-            for number in range(1, pages + 1):
-                page = {
-                    "id": page_id(book["id"], number),
-                    "book_id": book["id"],
-                    "number": number,
-                    "ocr": text.text(OCR_BYTES),
-                    "translation": english.text(TRANSLATION_BYTES),
-                    "original": text.text(ORIGINAL_BYTES) if book_rng.random() < ORIGINAL_SHARE else None,
-                    "image_unavailable": 1,
-                    "unavailable_reason": "generated: no image",
-                    "master_key": None,
-                    "master_sha256": None,
-                    "master_format": None,
-                    "derivation": None,
-                    "width": 1600,
-                    "height": 2400,
-                }
-                ills = [_illustration(book["id"], number, 0, book_rng)] if number in with_illus else []
-                w.upsert_page(conn, page, {}, ills)
-        if n % 50 == 0 or n == books - 1:
-            rate = (n + 1) / (time.monotonic() - started)
-            print(f"book {n + 1}/{books} ({language}); {rate:.1f} books/s", file=sys.stderr, flush=True)
-    catalog.close()
-    return path
+            w.upsert_pages(conn, rows)
+        if written % 50 == 0 or written == len(jobs):
+            rate = written / (time.monotonic() - started)
+            print(f"book {len(done) + written}/{books}; {rate:.2f} books/s", file=sys.stderr, flush=True)
+    return len(jobs)
 
 
 def reindex(data_dir: Path) -> int:
-    """Rebuild the page-text index of a generated catalog in place (after the index's layout changed)."""
+    """Rebuild the page-text index of a generated SQLite catalog in place (after the index's layout changed)."""
     catalog = Catalog(data_dir / "catalog.sqlite3")
     try:
         with catalog.transaction() as conn:
@@ -214,6 +268,13 @@ def reindex(data_dir: Path) -> int:
         catalog.close()
 
 
+def catalog_bytes(catalog: Catalog, data_dir: Path) -> int:
+    """The catalog's size on disk: the SQLite file with its WAL, or the PostgreSQL database."""
+    if catalog.dialect == "postgres":
+        return database_bytes(catalog)
+    return sum(p.stat().st_size for p in data_dir.glob("catalog.sqlite3*"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dir", type=Path)
@@ -221,6 +282,8 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=300)
     parser.add_argument("--illustrations", type=int, default=0, help="default: 200,000 scaled to the books")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--workers", type=int, default=1, help="text-making processes beside the writer (0: none)")
     parser.add_argument("--reindex", action="store_true", help="only rebuild the page-text index of DATA_DIR")
     args = parser.parse_args()
     if args.reindex:
@@ -228,11 +291,17 @@ def main() -> None:
         print(f"reindexed {reindex(args.data_dir)} pages in {time.monotonic() - started:.0f} s")
         return
     illustrations = args.illustrations or round(200_000 * args.books / 15_000)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped"))  # so that PostgreSQL is stopped too
     started = time.monotonic()
-    path = write_library(args.data_dir, args.books, args.pages, illustrations, args.seed)
-    size = sum(p.stat().st_size for p in path.parent.glob("catalog.sqlite3*"))
-    print(f"{path}: {args.books} books x {args.pages} pages, {illustrations} illustrations, "
-          f"{size / 1e9:.2f} GB, written in {time.monotonic() - started:.0f} s")  # fmt: skip
+    catalog, close = open_catalog(args.data_dir, args.backend)
+    try:
+        written = write_library(catalog, args.books, args.pages, illustrations, args.seed, args.workers)
+        took = time.monotonic() - started
+        size = catalog_bytes(catalog, args.data_dir)
+    finally:
+        close()
+    print(f"{args.backend} {args.data_dir}: {args.books} books x {args.pages} pages, {illustrations} illustrations, "
+          f"{size / 1e9:.2f} GB; {written} books written in {took:.0f} s")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -141,6 +141,11 @@ class Catalog:
         """A value that changes when another connection commits a catalog write (search state rebuilds on it)."""
         return self.scalar("PRAGMA data_version")
 
+    def change_stamp(self) -> Any:
+        """A value that changes with every committed catalog write that counts can see, this connection's own
+        included (``data_version`` moves only for other connections' commits)."""
+        return self.data_version(), self._conn.total_changes
+
     def stream(self, sql: str, args: Iterable[Any] = ()) -> Iterator[tuple[Any, ...]]:
         """The rows of a large read one at a time, as plain tuples with JSON columns left as text.
 
@@ -207,14 +212,21 @@ class Catalog:
 
     def page_list(self, book_id: str) -> list[dict[str, Any]]:
         """A book's pages in order without their text: ``has_ocr``, ``has_translation`` and ``has_original`` say
-        which texts a page holds (listing pages must not read ~5 KB of text a page)."""
-        return self.query_all(
-            "SELECT id, book_id, number, image_unavailable, unavailable_reason, width, height,"
-            " ocr IS NOT NULL AS has_ocr, translation IS NOT NULL AS has_translation,"
-            " original IS NOT NULL AS has_original"
-            f" FROM pages {self._indexed_by('pages_listing')} WHERE book_id = ? ORDER BY number",  # table: NULL tests
+        which texts a page holds (listing pages must not read ~5 KB of text a page).
+
+        On SQLite the listing is the ``pages_listing`` index alone and which texts a page holds comes from the page
+        index's row ids (one per text): testing the columns for NULL read every page row (1.2 MB a 300-page book;
+        17-120 ms at 750,000 pages when the file is larger than the memory caching it)."""
+        rows = self.query_all(
+            "SELECT id, book_id, number, image_unavailable, unavailable_reason, width, height"
+            " FROM pages INDEXED BY pages_listing WHERE book_id = ? ORDER BY number",
             (book_id,),
         )
+        held = page_text.texts_held(self, book_id)
+        for row in rows:
+            fields = held.get(row["number"], ())
+            row.update({f"has_{field}": int(field in fields) for field in page_text.FIELDS})
+        return rows
 
     def search_pages(
         self, book_id: str, words: list[Word], fields: list[str], *, limit: int, offset: int
@@ -225,6 +237,16 @@ class Catalog:
 
     def page(self, book_id: str, number: int) -> dict[str, Any] | None:
         return self.query_one("SELECT * FROM pages WHERE book_id = ? AND number = ?", (book_id, number))
+
+    def pages_numbered(self, book_id: str, numbers: Iterable[int]) -> dict[int, dict[str, Any]]:
+        """``{number: page row}`` for the listed pages of a book that exist, in one query (on PostgreSQL a query is
+        a round trip: the 20 hits of a search inside a book were 20 of them, 77 ms p50 at 400,000 pages)."""
+        wanted = sorted(set(numbers))
+        if not wanted:
+            return {}
+        marks = ", ".join("?" * len(wanted))
+        rows = self.query_all(f"SELECT * FROM pages WHERE book_id = ? AND number IN ({marks})", (book_id, *wanted))
+        return {row["number"]: row for row in rows}
 
     def page_image(self, id_or_slug: str, number: int, tier: str) -> dict[str, Any] | None:
         """Everything ``/image`` needs for one page tier, in one indexed look-up; None when no live book matches.

@@ -21,7 +21,17 @@ from typing import Any
 
 from imagesvc.catalog.text_fold import Word, fold, index_text
 
-__all__ = ["FIELDS", "build", "index_page", "rank", "search", "unindex_page"]
+__all__ = [
+    "FIELDS",
+    "build",
+    "index_page",
+    "index_pages",
+    "rank",
+    "search",
+    "texts_held",
+    "unindex_page",
+    "unindex_pages",
+]
 
 FIELDS = ("ocr", "translation", "original")
 FIELD_BITS = 2
@@ -43,22 +53,53 @@ def _rows(n: int, number: int, page: dict[str, object]) -> list[tuple[int, str]]
 
 def index_page(conn: sqlite3.Connection, book_id: str, number: int, page: dict[str, object]) -> None:
     """Index one page's texts (call ``unindex_page`` first when the page was indexed before)."""
+    index_pages(conn, book_id, [(number, page)])
+
+
+def index_pages(conn: sqlite3.Connection, book_id: str, pages: Sequence[tuple[int, dict[str, object]]]) -> None:
+    """Index the texts of many pages of one book (call ``unindex_pages`` first for pages indexed before)."""
     n = _book_number(conn, book_id, create=True)
     assert n is not None
-    conn.executemany("INSERT INTO pages_fts (rowid, text) VALUES (?, ?)", _rows(n, number, page))
+    rows = [row for number, page in pages for row in _rows(n, number, page)]
+    conn.executemany("INSERT INTO pages_fts (rowid, text) VALUES (?, ?)", rows)
 
 
 def unindex_page(conn: sqlite3.Connection, book_id: str, number: int) -> None:
     """Take the page's texts as the ``pages`` row holds them now out of the index (a contentless FTS5 table forgets
     a row only when told the values it indexed). No-op for a page not yet written."""
-    old = conn.execute(
-        "SELECT ocr, translation, original FROM pages WHERE book_id = ? AND number = ?", (book_id, number)
-    ).fetchone()
+    unindex_pages(conn, book_id, [number])
+
+
+def unindex_pages(conn: sqlite3.Connection, book_id: str, numbers: Sequence[int]) -> None:
+    """``unindex_page`` for many pages of one book, their old texts read in a few queries (none for a book never
+    indexed, as a new book is)."""
     n = _book_number(conn, book_id, create=False)
-    if old is None or n is None:
+    if n is None:
         return
-    rows = _rows(n, number, dict(zip(FIELDS, old, strict=True)))
-    conn.executemany("INSERT INTO pages_fts (pages_fts, rowid, text) VALUES ('delete', ?, ?)", rows)
+    numbers = list(numbers)
+    for at in range(0, len(numbers), 500):
+        chunk = numbers[at : at + 500]
+        found = conn.execute(
+            "SELECT number, ocr, translation, original FROM pages WHERE book_id = ?"
+            f" AND number IN ({', '.join('?' * len(chunk))})",
+            (book_id, *chunk),
+        ).fetchall()
+        rows = [row for number, *old in found for row in _rows(n, number, dict(zip(FIELDS, old, strict=True)))]
+        conn.executemany("INSERT INTO pages_fts (pages_fts, rowid, text) VALUES ('delete', ?, ?)", rows)
+
+
+def texts_held(catalog: Any, book_id: str) -> dict[int, set[str]]:
+    """``{page number: the fields it holds a text in}`` for one book, from the index's row ids alone (a range of
+    the index's row-id table; no page row is read)."""
+    n = catalog.scalar("SELECT n FROM page_text_books WHERE book_id = ?", (book_id,))
+    if n is None:
+        return {}
+    held: dict[int, set[str]] = {}
+    page_mask, field_mask = (1 << PAGE_BITS) - 1, (1 << FIELD_BITS) - 1
+    low, high = n << BOOK_SHIFT, ((n + 1) << BOOK_SHIFT) - 1
+    for rowid in catalog.column("SELECT rowid FROM pages_fts WHERE rowid BETWEEN ? AND ?", (low, high)):
+        held.setdefault((rowid >> FIELD_BITS) & page_mask, set()).add(FIELDS[rowid & field_mask])
+    return held
 
 
 def build(conn: sqlite3.Connection) -> int:

@@ -16,22 +16,40 @@ from typing import Any
 from imagesvc.catalog.page_text import FIELD_BITS, FIELDS, rank
 from imagesvc.catalog.text_fold import Word, index_terms
 
-__all__ = ["build", "index_page", "search", "unindex_page"]
+__all__ = ["build", "index_page", "index_pages", "search", "unindex_page", "unindex_pages"]
 
 
 def index_page(conn: Any, book_id: str, number: int, page: dict[str, object]) -> None:
     """Index one page's texts in place of any indexed before. Called after the ``pages`` row is written, so two
     ingesters writing one page at once take turns on that row's lock and the later one replaces the texts the
     earlier one committed (instead of a key conflict)."""
-    unindex_page(conn, book_id, number)
-    rows = [(book_id, number, i, index_terms(str(page[f]))) for i, f in enumerate(FIELDS) if page.get(f) is not None]
+    index_pages(conn, book_id, [(number, page)])
+
+
+def index_pages(conn: Any, book_id: str, pages: Sequence[tuple[int, dict[str, object]]]) -> None:
+    """``index_page`` for many pages of one book, in two statements (the batch is sent in one round trip)."""
+    unindex_pages(conn, book_id, [number for number, _ in pages])
+    rows = [  # the terms go as one string the server splits: psycopg's array dumper checked each term with a regex
+        (book_id, number, i, " ".join(index_terms(str(page[f]))))
+        for number, page in pages
+        for i, f in enumerate(FIELDS)
+        if page.get(f) is not None
+    ]
     if rows:
-        conn.executemany("INSERT INTO page_texts (book_id, number, field, terms) VALUES (?, ?, ?, ?)", rows)
+        conn.executemany(
+            "INSERT INTO page_texts (book_id, number, field, terms) VALUES (?, ?, ?, string_to_array(?, ' '))", rows
+        )
 
 
 def unindex_page(conn: Any, book_id: str, number: int) -> None:
     """Take the page's texts out of the index (no-op for a page not indexed)."""
-    conn.execute("DELETE FROM page_texts WHERE book_id = ? AND number = ?", (book_id, number))
+    unindex_pages(conn, book_id, [number])
+
+
+def unindex_pages(conn: Any, book_id: str, numbers: Sequence[int]) -> None:
+    """Take the texts of many pages of one book out of the index, in one statement."""
+    if numbers:
+        conn.execute("DELETE FROM page_texts WHERE book_id = ? AND number = ANY(?)", (book_id, list(numbers)))
 
 
 def build(conn: Any) -> int:

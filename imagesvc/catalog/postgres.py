@@ -272,6 +272,10 @@ class PostgresCatalog(Catalog):
     def data_version(self) -> Any:
         return self.scalar("SELECT changes FROM catalog_state WHERE id = 1")
 
+    def change_stamp(self) -> Any:
+        """The change counter: every write transaction but API keys' moves it, whichever process committed it."""
+        return self.data_version()
+
     def stream(self, sql: str, args: Iterable[Any] = ()) -> Iterator[tuple[Any, ...]]:
         """Rows of a large read through a server-side cursor (a bounded batch in memory at a time)."""
         name = f"imagesvc_stream_{threading.get_ident()}_{time.monotonic_ns()}"
@@ -282,6 +286,15 @@ class PostgresCatalog(Catalog):
 
     def _indexed_by(self, index: str) -> str:
         return ""
+
+    def page_list(self, book_id: str) -> list[dict[str, Any]]:
+        """As on SQLite; the NULL tests read the table, whose rows are small here (the texts live in TOAST)."""
+        return self.query_all(
+            "SELECT id, book_id, number, image_unavailable, unavailable_reason, width, height,"
+            " (ocr IS NOT NULL)::int AS has_ocr, (translation IS NOT NULL)::int AS has_translation,"
+            " (original IS NOT NULL)::int AS has_original FROM pages WHERE book_id = ? ORDER BY number",
+            (book_id,),
+        )
 
     def search_pages(
         self, book_id: str, words: list[Word], fields: list[str], *, limit: int, offset: int

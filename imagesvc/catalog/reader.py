@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +30,17 @@ def reader(catalog: Any) -> Iterator[Any]:
 
 
 def counts(catalog: Any) -> dict[str, int]:
-    """``catalog.counts()`` read on a connection of its own (blocking: call it in a worker thread)."""
+    """``catalog.counts()`` read on a connection of its own (blocking: call it in a worker thread), kept until the
+    catalog changes: the counts read every page's index entry (~2 s a call at 4.5 million pages), and ``/health``
+    asks for them on every probe."""
+    stamp = catalog.change_stamp()
+    cached = _COUNTS.get(catalog)
+    if cached is not None and cached[0] == stamp:
+        return dict(cached[1])
     with reader(catalog) as source:
-        return source.counts()
+        found = source.counts()
+    _COUNTS[catalog] = (stamp, found)  # read after the stamp: a write meanwhile makes the next call count again
+    return dict(found)
+
+
+_COUNTS: weakref.WeakKeyDictionary[Any, tuple[Any, dict[str, int]]] = weakref.WeakKeyDictionary()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
@@ -20,6 +21,7 @@ __all__ = [
     "replace_collections",
     "upsert_book",
     "upsert_page",
+    "upsert_pages",
     "withdraw_book",
 ]
 
@@ -92,50 +94,76 @@ def upsert_page(
     illustrations: list[dict[str, Any]],
 ) -> None:
     """Replace one page row, the renditions of the page and its illustrations, and the illustration rows."""
-    pid = page["id"]
-    old_illus = [r[0] for r in conn.execute("SELECT id FROM illustrations WHERE page_id = ?", (pid,))]
-    conn.execute("DELETE FROM renditions WHERE owner = ?", (pid,))
-    for iid in old_illus:
-        conn.execute("DELETE FROM renditions WHERE owner = ?", (iid,))
-    conn.execute("DELETE FROM illustrations WHERE page_id = ?", (pid,))
-    _page_index(conn).unindex_page(conn, page["book_id"], page["number"])
-    conn.execute(
-        """
-        INSERT INTO pages (id, book_id, number, ocr, translation, original, image_unavailable, unavailable_reason,
-            master_key, master_sha256, master_format, derivation, width, height, master_bytes)
-        VALUES (:id, :book_id, :number, :ocr, :translation, :original, :image_unavailable, :unavailable_reason,
-            :master_key, :master_sha256, :master_format, :derivation, :width, :height, :master_bytes)
-        ON CONFLICT (id) DO UPDATE SET ocr = excluded.ocr, translation = excluded.translation,
-            original = excluded.original, image_unavailable = excluded.image_unavailable,
-            unavailable_reason = excluded.unavailable_reason, master_key = excluded.master_key,
-            master_sha256 = excluded.master_sha256, master_format = excluded.master_format,
-            derivation = excluded.derivation, width = excluded.width, height = excluded.height,
-            master_bytes = excluded.master_bytes
-        """,
-        {"master_bytes": None, **page},
-    )
-    _page_index(conn).index_page(conn, page["book_id"], page["number"], page)
-    for owner, tiers in renditions.items():
-        for tier, r in tiers.items():
-            conn.execute(
-                "INSERT INTO renditions (owner, tier, clean_key, public_key, width, height, bytes, sha256,"
-                " clean_bytes, clean_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    *(owner, tier, r["clean_key"], r["public_key"], r["width"], r["height"], r["bytes"], r["sha256"]),
-                    *(r.get("clean_bytes"), r.get("clean_sha256")),
-                ),
+    upsert_pages(conn, [(page, renditions, illustrations)])
+
+
+PageRows = tuple[dict[str, Any], dict[str, dict[str, Any]], list[dict[str, Any]]]
+
+_INSERT_PAGE = """
+    INSERT INTO pages (id, book_id, number, ocr, translation, original, image_unavailable, unavailable_reason,
+        master_key, master_sha256, master_format, derivation, width, height, master_bytes)
+    VALUES (:id, :book_id, :number, :ocr, :translation, :original, :image_unavailable, :unavailable_reason,
+        :master_key, :master_sha256, :master_format, :derivation, :width, :height, :master_bytes)
+    ON CONFLICT (id) DO UPDATE SET ocr = excluded.ocr, translation = excluded.translation,
+        original = excluded.original, image_unavailable = excluded.image_unavailable,
+        unavailable_reason = excluded.unavailable_reason, master_key = excluded.master_key,
+        master_sha256 = excluded.master_sha256, master_format = excluded.master_format,
+        derivation = excluded.derivation, width = excluded.width, height = excluded.height,
+        master_bytes = excluded.master_bytes
+"""
+_INSERT_ILLUSTRATION = """
+    INSERT INTO illustrations (id, page_id, book_id, page_number, idx, bbox_x, bbox_y, bbox_w, bbox_h, type,
+        description, museum_description, subjects, figures, symbols, year, phash, dhash, content_sha256)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+
+
+def upsert_pages(conn: sqlite3.Connection, pages: Sequence[PageRows]) -> None:
+    """Replace many pages at once (each ``(page, renditions, illustrations)`` as ``upsert_page`` takes them), with
+    the same rows ``upsert_page`` writes page by page, in a few batched statements per book and table: what ingest
+    writes for a whole book (on PostgreSQL a statement per page and table was a round trip each)."""
+    by_book: dict[str, list[PageRows]] = {}
+    for item in pages:
+        by_book.setdefault(item[0]["book_id"], []).append(item)
+    for book_id, items in by_book.items():
+        _upsert_book_pages(conn, book_id, items)
+
+
+def _upsert_book_pages(conn: sqlite3.Connection, book_id: str, items: list[PageRows]) -> None:
+    pids = [page["id"] for page, _, _ in items]
+    wanted = set(pids)
+    old_illus = [
+        (iid,)
+        for iid, pid in conn.execute("SELECT id, page_id FROM illustrations WHERE book_id = ?", (book_id,)).fetchall()
+        if pid in wanted
+    ]
+    conn.executemany("DELETE FROM renditions WHERE owner = ?", [(pid,) for pid in pids] + old_illus)
+    conn.executemany("DELETE FROM illustrations WHERE id = ?", old_illus)
+    index = _page_index(conn)
+    numbers = [page["number"] for page, _, _ in items]
+    index.unindex_pages(conn, book_id, numbers)
+    conn.executemany(_INSERT_PAGE, [{"master_bytes": None, **page} for page, _, _ in items])
+    index.index_pages(conn, book_id, [(page["number"], page) for page, _, _ in items])
+    conn.executemany(
+        "INSERT INTO renditions (owner, tier, clean_key, public_key, width, height, bytes, sha256,"
+        " clean_bytes, clean_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                *(owner, tier, r["clean_key"], r["public_key"], r["width"], r["height"], r["bytes"], r["sha256"]),
+                *(r.get("clean_bytes"), r.get("clean_sha256")),
             )
-    for ill in illustrations:
-        conn.execute(
-            """
-            INSERT INTO illustrations (id, page_id, book_id, page_number, idx, bbox_x, bbox_y, bbox_w, bbox_h, type,
-                description, museum_description, subjects, figures, symbols, year, phash, dhash, content_sha256)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """,
+            for _, renditions, _ in items
+            for owner, tiers in renditions.items()
+            for tier, r in tiers.items()
+        ],
+    )
+    conn.executemany(
+        _INSERT_ILLUSTRATION,
+        [
             (
                 ill["id"],
-                pid,
-                page["book_id"],
+                page["id"],
+                book_id,
                 page["number"],
                 ill["index"],
                 ill["bbox"]["x"],
@@ -152,8 +180,11 @@ def upsert_page(
                 ill.get("phash"),
                 ill.get("dhash"),
                 ill.get("content_sha256"),
-            ),
-        )
+            )
+            for page, _, illustrations in items
+            for ill in illustrations
+        ],
+    )
 
 
 def delete_pages_not_in(conn: sqlite3.Connection, book_id: str, numbers: list[int]) -> None:

@@ -75,8 +75,7 @@ class BookJob:
         with ctx.catalog.transaction() as conn:
             w.upsert_book(conn, book, source_hash)
             w.delete_pages_not_in(conn, book["id"], [p["number"] for p in book["pages"]])
-            for row, renditions, illus in results:
-                w.upsert_page(conn, row, renditions, illus)
+            w.upsert_pages(conn, results)
         # Objects the book no longer refers to (re-derived pages) go only after the new rows are committed.
         for key in old_keys - self._stored_keys():
             await ctx.store.delete(key)

@@ -112,8 +112,9 @@ def _hits(
     text is scanned)."""
     hits = []
     with reader(services.catalog) as source:
+        served = source.pages_numbered(book["id"], [number for number, _, _ in found])  # one query
         for number, score, texts in found:
-            page = source.page(book["id"], number)
+            page = served.get(number)
             if page is None:  # withdrawn between the two reads
                 continue
             url = services.page_url(book["slug"], number)

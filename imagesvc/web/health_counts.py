@@ -2,9 +2,9 @@
 
 Counting every live page and illustration is a scan (millions of index entries in the library's catalog), and load
 balancers ask ``/health`` every few seconds on every node. So the counts are read in a worker thread once per catalog
-change (the stamp search state already polls) and served from memory in between: a probe during a flood of work
-costs no thread hop. A change the stamp cannot see (a write on this process's own SQLite connection) shows within
-``MAX_AGE`` seconds, read in the background while the previous counts are still answered.
+change (``Catalog.change_stamp``: any process's committed writes) and served from memory in between, one read for
+any number of probes waiting on it: a probe during a flood of work costs no thread hop. As a safety net they are
+read again in the background after ``MAX_AGE`` seconds, while the previous counts are still answered.
 """
 
 from __future__ import annotations
