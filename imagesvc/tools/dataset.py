@@ -12,12 +12,14 @@ signature made for that request (docs/provenance.md), so a downloaded file is ch
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import math
 from typing import Any
 
 from imagesvc.catalog.dataset import book_versions, change_count, changes, dataset_pages, dataset_total
+from imagesvc.catalog.reader import counts
 from imagesvc.errors import InvalidRequest, NotFound
 from imagesvc.imaging import TIERS
 from imagesvc.services import Services
@@ -124,7 +126,10 @@ async def list_dataset_images(
             item["tiers"] = _tiers(services, renditions[row["page_id"]], clean)
         items.append(item)
     next_cursor = _cursor(rows[-1]["book_id"], rows[-1]["number"]) if more and rows else None
-    total = dataset_total(services.catalog, book_id)
+    if book_id is None:  # every live page: the count /health reports, read off the loop once per catalog change
+        total = (await asyncio.to_thread(counts, services.catalog))["pages"]
+    else:  # one book's pages: an index range
+        total = dataset_total(services.catalog, book_id)
     return envelope(items, total=total, limit=limit, has_more=more, next_cursor=next_cursor)
 
 
