@@ -87,12 +87,7 @@ class LocalStore:
         return await asyncio.to_thread(self._put, key, path, bytes(data), content_type, if_none_match)
 
     def _put(self, key: str, path: Path, data: bytes, content_type: str, if_none_match: bool) -> ObjectInfo:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError) as exc:
-            raise InvalidKey(key, "a parent of this key is already stored as an object") from exc
-        if path.is_dir():
-            raise InvalidKey(key, "other objects are stored under this key as a prefix")
+        _make_room(key, path)
         info = ObjectInfo(key=key, size=len(data), etag=hashlib.md5(data).hexdigest(), content_type=content_type)
         tmp, st = _write_temp(path.parent, data)
         try:
@@ -148,12 +143,7 @@ class LocalStore:
         return await asyncio.to_thread(self._put_file, key, path, Path(source), content_type)
 
     def _put_file(self, key: str, path: Path, source: Path, content_type: str) -> ObjectInfo:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError) as exc:
-            raise InvalidKey(key, "a parent of this key is already stored as an object") from exc
-        if path.is_dir():
-            raise InvalidKey(key, "other objects are stored under this key as a prefix")
+        _make_room(key, path)
         tmp = path.parent / f".tmp-{secrets.token_hex(8)}"
         digest = hashlib.md5()
         try:
@@ -321,3 +311,13 @@ class LocalStore:
 
     async def close(self) -> None:
         return None
+
+
+def _make_room(key: str, path: Path) -> None:
+    """Create the folders above ``path``; refuse a key whose parent is an object, or that is a prefix of others."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise InvalidKey(key, "a parent of this key is already stored as an object") from exc
+    if path.is_dir():
+        raise InvalidKey(key, "other objects are stored under this key as a prefix")
