@@ -317,24 +317,17 @@ def start_postgres(workdir: Path) -> tuple[PostgresServer, Stop]:
     port = free_port()
     server = PostgresServer(f"postgresql://postgres@127.0.0.1:{port}/imagesvc", port, datadir, bindir, user)
     server.start()
-    created = subprocess.run(
-        [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "imagesvc"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if created.returncode != 0:
-        server.stop("immediate")
-        if user:
-            shutil.rmtree(workdir, ignore_errors=True)
-        raise ServerUnavailable(f"createdb failed: {created.stderr[-2000:]}")
 
     def stop() -> None:
         server.stop("immediate")
         if user:
             shutil.rmtree(workdir, ignore_errors=True)
 
+    try:
+        create_database(server, "imagesvc")
+    except RuntimeError as exc:
+        stop()
+        raise ServerUnavailable(str(exc)[-2000:]) from exc
     return server, stop
 
 
