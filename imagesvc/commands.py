@@ -117,15 +117,23 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     manifest = generate(out)
     result = asyncio.run(_ingest(settings, [manifest], progress=not args.quiet))
     _print_ingest(result, args.json)
-    for line in asyncio.run(_demo_indexes(settings)):  # the first text search and search by image work at once
+    from imagesvc.catalog.run_lock import RunLocked
+
+    try:
+        lines = asyncio.run(_demo_indexes(settings))  # the first text search and search by image work at once
+    except RunLocked as exc:
+        print(f"demo: the indexes were not made: {exc}; run `imagesvc index` when it ends", file=sys.stderr)
+        return EXIT_REFUSED
+    for line in lines:
         print(f"demo: {line}", file=sys.stderr)
     return EXIT_REFUSED if result["refused"] else 0
 
 
 async def _demo_indexes(settings: Settings) -> list[str]:
     """The text index and search by image's block index of the demo library, made and published as `imagesvc index`
-    makes and publishes them (docs/search.md)."""
+    makes and publishes them (docs/search.md), holding the index lock as `imagesvc index` does."""
     from imagesvc.catalog.backends import open_catalog
+    from imagesvc.catalog.run_lock import exclusive_run
     from imagesvc.search.block_index import PARAMS, sync_blocks
     from imagesvc.search.dense import run_text_index, shared_model
     from imagesvc.search.text_seed import DEMO_SEED, seed_text_index
@@ -134,20 +142,21 @@ async def _demo_indexes(settings: Settings) -> list[str]:
     store, catalog = make_store(settings), open_catalog(settings)
     lines: list[str] = []
     try:
-        if settings.text_model != "off":
-            # the demo's passages as embedded once by this model (fixtures/): only what changed since is embedded
-            model = shared_model(settings.text_model, threads=os.cpu_count() or 1)  # as run_text_index asks for it
-            if seed_text_index(settings.data_dir, model.key):
-                lines.append(f"text index seeded from {DEMO_SEED.name}")
-        text = await run_text_index(settings, catalog)
-        if text is not None:
-            lines.append(text.line())
-        blocks = (await sync_blocks(settings.data_dir, catalog, store))[1]
-        lines.append(blocks.line())
-        made = {"blocks": (PARAMS, blocks.illustrations)}
-        if text is not None:
-            made["text"] = (text.model, text.vectors)
-        lines += await _publish_indexes(settings, catalog, store, made)
+        with exclusive_run(catalog, "index"):
+            if settings.text_model != "off":
+                # the demo's passages as embedded once by this model (fixtures/): only what changed since is embedded
+                model = shared_model(settings.text_model, threads=os.cpu_count() or 1)  # as run_text_index asks
+                if seed_text_index(settings.data_dir, model.key):
+                    lines.append(f"text index seeded from {DEMO_SEED.name}")
+            text = await run_text_index(settings, catalog)
+            if text is not None:
+                lines.append(text.line())
+            blocks = (await sync_blocks(settings.data_dir, catalog, store))[1]
+            lines.append(blocks.line())
+            made = {"blocks": (PARAMS, blocks.illustrations)}
+            if text is not None:
+                made["text"] = (text.model, text.vectors)
+            lines += await _publish_indexes(settings, catalog, store, made)
     finally:
         catalog.close()
         await store.close()
@@ -181,55 +190,66 @@ async def _seed(settings: Settings, catalog: Any, store: Any, kinds: list[str]) 
 
 def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
     """Embed new and changed illustrations (text model; CLIP when weights are configured), extract their local
-    features for search by image (on every core, resumable), and publish the indexes (docs/search.md)."""
+    features for search by image (on every core, resumable), and publish the indexes (docs/search.md). One run at a
+    time per catalog: a second is refused while the first holds the index lock."""
     from imagesvc.catalog.backends import open_catalog
-    from imagesvc.search.block_index import PARAMS, sync_blocks
-    from imagesvc.search.clip import Encoder, clip_spec
-    from imagesvc.search.dense import run_text_index
-    from imagesvc.search.index import run_index
+    from imagesvc.catalog.run_lock import RunLocked, exclusive_run
     from imagesvc.storage import make_store
 
     async def go() -> dict[str, Any]:
-        spec = clip_spec(settings)
         store, catalog = make_store(settings), open_catalog(settings)
-        result: dict[str, Any] = {}
-        made: dict[str, tuple[str, int]] = {}
         try:
-            if not args.full:
-                await _seed(settings, catalog, store, ["text", "clip"] if spec.enabled else ["text"])
-            text = await run_text_index(settings, catalog, full=args.full)
-            if text is not None:
-                made["text"] = (text.model, text.vectors)
-            lines = [text.line() if text else "text index: off (IMAGESVC_TEXT_MODEL=off)"]
-            result["text"] = text.as_dict() if text else None
-            blocks = await sync_blocks(settings.data_dir, catalog, store, full=args.full)
-            result["blocks"] = blocks[1].as_dict()
-            lines.append(blocks[1].line())
-            made["blocks"] = (PARAMS, blocks[1].illustrations)
-            if spec.enabled:
-                summary = await run_index(
-                    settings, catalog, store, Encoder(spec), progress=not args.quiet, full=args.full
-                )
-                result |= summary.as_dict()
-                lines.append(summary.line())
-                made["clip"] = (summary.model, summary.vectors)
-            else:
-                lines.append(f"CLIP: {spec.describe()}")
-            published = await _publish_indexes(settings, catalog, store, made)
-            result["published"] = published
-            lines += published
-            await _publish(settings, store)
+            with exclusive_run(catalog, "index"):
+                return await _index_locked(settings, args, catalog, store)
         finally:
             catalog.close()
             await store.close()
-        return result | {"line": "\n".join(lines)}
 
-    result = asyncio.run(go())
+    try:
+        result = asyncio.run(go())
+    except RunLocked as exc:
+        print(f"imagesvc index: refused: {exc}; run it again when that one ends", file=sys.stderr)
+        return EXIT_REFUSED
     from imagesvc.observability import write_run_summary
 
     write_run_summary(settings.data_dir, "index", result)  # read by /metrics of serving processes
     print(json.dumps(result, indent=2) if args.json else result["line"])
     return 0
+
+
+async def _index_locked(settings: Settings, args: argparse.Namespace, catalog: Any, store: Any) -> dict[str, Any]:
+    """``imagesvc index``'s work, done while it holds the index lock."""
+    from imagesvc.search.block_index import PARAMS, sync_blocks
+    from imagesvc.search.clip import Encoder, clip_spec
+    from imagesvc.search.dense import run_text_index
+    from imagesvc.search.index import run_index
+
+    spec = clip_spec(settings)
+    result: dict[str, Any] = {}
+    made: dict[str, tuple[str, int]] = {}
+    if not args.full:
+        await _seed(settings, catalog, store, ["text", "clip"] if spec.enabled else ["text"])
+    text = await run_text_index(settings, catalog, full=args.full)
+    if text is not None:
+        made["text"] = (text.model, text.vectors)
+    lines = [text.line() if text else "text index: off (IMAGESVC_TEXT_MODEL=off)"]
+    result["text"] = text.as_dict() if text else None
+    blocks = await sync_blocks(settings.data_dir, catalog, store, full=args.full)
+    result["blocks"] = blocks[1].as_dict()
+    lines.append(blocks[1].line())
+    made["blocks"] = (PARAMS, blocks[1].illustrations)
+    if spec.enabled:
+        summary = await run_index(settings, catalog, store, Encoder(spec), progress=not args.quiet, full=args.full)
+        result |= summary.as_dict()
+        lines.append(summary.line())
+        made["clip"] = (summary.model, summary.vectors)
+    else:
+        lines.append(f"CLIP: {spec.describe()}")
+    published = await _publish_indexes(settings, catalog, store, made)
+    result["published"] = published
+    lines += published
+    await _publish(settings, store)
+    return result | {"line": "\n".join(lines)}
 
 
 async def _rebake(settings: Settings, books: list[str]) -> str:
