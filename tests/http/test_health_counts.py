@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from imagesvc.web import health_counts
 from imagesvc.web.health_counts import CatalogCounts
 
 
@@ -28,20 +27,6 @@ async def test_probes_between_changes_read_nothing_and_a_change_is_read_before_a
     assert reads.calls == 1  # twenty concurrent probes, one read
     assert await counts.get(catalog, 2) == {"books": 2}  # the catalog changed: fresh counts, not the old ones
     assert await counts.get(object(), 2) == {"books": 3}  # another catalog (a followed snapshot) is read too
-
-
-async def test_old_counts_are_answered_while_they_are_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    reads, catalog = Reads(), object()
-    counts = CatalogCounts(reads)
-    await counts.get(catalog, 1)
-    monkeypatch.setattr(health_counts, "MAX_AGE", 0.0)
-    assert await counts.get(catalog, 1) == {"books": 1}  # no wait for the read
-    for _ in range(100):
-        await asyncio.sleep(0.01)
-        if reads.calls == 2:
-            break
-    monkeypatch.setattr(health_counts, "MAX_AGE", 30.0)
-    assert await counts.get(catalog, 1) == {"books": 2}
 
 
 async def test_a_failed_read_is_an_error_for_the_probe_that_waited_and_is_tried_again() -> None:
