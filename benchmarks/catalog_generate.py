@@ -213,8 +213,10 @@ def _made(jobs: list[tuple[int, int, int, int]], workers: int) -> Iterator[tuple
     if workers <= 0:
         yield from map(make_book, jobs)
         return
+    ahead = 4 * workers  # books made but not yet written: imap alone would queue every book a slow writer lags
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        yield from pool.imap(make_book, jobs, chunksize=1)
+        for at in range(0, len(jobs), ahead):
+            yield from pool.imap(make_book, jobs[at : at + ahead], chunksize=1)
 
 
 def open_catalog(data_dir: Path, backend: str) -> tuple[Catalog, Any]:
