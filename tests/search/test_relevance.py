@@ -84,6 +84,6 @@ async def test_every_language_finds_its_english_described_illustration(services:
             for mode in found:
                 found[mode][lang].append(first_hit(await run_query(services[mode], query), relevant)[1])
     recall = {lang: sum(v) / len(v) for lang, v in found["e5"].items()}
-    floor = {"en": 0.85, "la": 0.68, "de": 0.88, "fr": 0.88, "it": 0.82, "he": 0.65, "ar": 0.82, "zh": 0.91}
+    floor = {"en": 0.85, "la": 0.88, "de": 0.88, "fr": 0.88, "it": 0.82, "he": 0.85, "ar": 0.82, "zh": 0.91}
     assert all(recall[lang] >= floor[lang] for lang in floor), recall
     assert max(sum(v) / len(v) for v in found["off"].values()) < 0.2
