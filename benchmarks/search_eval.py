@@ -111,7 +111,9 @@ def build(root: Path) -> Path:
     return build_library(root)[1]
 
 
-async def evaluate(data: Path, grid: bool, model: str = "e5", languages_file: Path = LANGUAGES) -> dict[str, Any]:
+async def evaluate(
+    data: Path, grid: bool, model: str = "e5", languages_file: Path = LANGUAGES, clean: bool = False
+) -> dict[str, Any]:
     from imagesvc.settings import load_settings
 
     spec = json.loads(EVAL.read_text(encoding="utf-8"))
@@ -169,6 +171,8 @@ async def evaluate(data: Path, grid: bool, model: str = "e5", languages_file: Pa
         for concept in languages["concepts"]:
             relevant = {ref_of[r] for r in concept["relevant"]}
             for lang, query in concept["queries"].items():
+                if clean and language_overlaps({"concepts": [{**concept, "queries": {lang: query}}]}, texts):
+                    continue  # --clean: a query that shares a stem with its target is left out
                 by_language["keyword"][lang].append(first_hit(await run_query(services["keyword"], query), relevant))
                 by_language["dense"][lang].append(first_hit(await run_dense_only(services["fused"], query), relevant))
                 by_language["fused"][lang].append(first_hit(await run_query(services["fused"], query), relevant))
@@ -213,6 +217,7 @@ def main() -> int:
     parser.add_argument(
         "--languages", type=Path, default=LANGUAGES, help="the cross-lingual set (default: the main one)"
     )
+    parser.add_argument("--clean", action="store_true", help="leave out queries that share a stem with their target")
     parser.add_argument("--no-glosses", action="store_true", help="no dictionary glosses of Latin and Hebrew queries")
     args = parser.parse_args()
     if args.no_glosses:
@@ -221,7 +226,7 @@ def main() -> int:
         glosses._shared = glosses.Glossary(())  # the process's glossary, with no language to gloss
     with tempfile.TemporaryDirectory(prefix="search-eval-") as tmp:
         data = args.data or build(Path(tmp))
-        out = asyncio.run(evaluate(data, args.grid, args.model, args.languages))
+        out = asyncio.run(evaluate(data, args.grid, args.model, args.languages, args.clean))
     print(f"text model: {out['model']}")
     for key, what in (("paraphrase_overlaps", "paraphrase"), ("language_overlaps", "cross-lingual")):
         if out[key]:
