@@ -76,20 +76,24 @@ def available() -> dict[str, bool]:
     }
 
 
-def _first_sense(meaning: str, limit: int = 2) -> str:
+SENSE_PARTS = 2  # words or phrases kept of a headword's first sense ("furnace/oven/kiln" -> "furnace oven")
+
+
+def _first_sense(meaning: str, limit: int | None = None) -> str:
     """The first ``limit`` words or phrases of a dictionary sense: brackets and labels out, alternatives split."""
     meaning = re.sub(r"\([^)]*\)|\[[^\]]*\]|\{[^}]*\}", " ", meaning)
     parts = [p.strip(" .|-") for p in re.split(r"[;,/]", meaning)]
-    return " ".join([p for p in parts if p and not _LABELS.match(p)][:limit])
+    return " ".join([p for p in parts if p and not _LABELS.match(p)][: limit or SENSE_PARTS])
 
 
 @dataclass(frozen=True)
 class Gloss:
-    """A query's language, its English gloss, and which of its words the dictionary gave."""
+    """A query's language, its English gloss, which of its words the dictionary gave, and every word it knows."""
 
     language: str
     text: str
     words: tuple[tuple[str, str], ...]
+    known: frozenset[str] = frozenset()  # the query's words the dictionary knows (casefolded): spelt right
 
 
 class _Latin:
@@ -135,7 +139,7 @@ class _Latin:
                         found[number] = entry
         return sorted(found.values(), key=lambda e: e[2])
 
-    def gloss(self, words: list[str]) -> list[tuple[str, str]] | None:
+    def gloss(self, words: list[str]) -> tuple[list[tuple[str, str]], frozenset[str]] | None:
         from imagesvc.search.spelling import english_word
 
         lower = [w.casefold() for w in words]
@@ -151,7 +155,7 @@ class _Latin:
             content = [e for e in parsed[w] if e[0] in _CONTENT_POS and e[3]]
             if content and w not in self.stopwords:
                 out.append((w, content[0][3]))
-        return out
+        return out, frozenset(latin)
 
 
 class _Hebrew:
@@ -196,7 +200,7 @@ class _Hebrew:
                 if len(stem) > 3:
                     yield stem.replace("ו", "").replace("י", "")
 
-    def gloss(self, words: list[str]) -> list[tuple[str, str]]:
+    def gloss(self, words: list[str]) -> tuple[list[tuple[str, str]], frozenset[str]]:
         out = []
         for word in words:
             if _consonants(word) in self.stopwords:
@@ -204,7 +208,7 @@ class _Hebrew:
             sense = next((self.senses[c] for c in self.candidates(word) if c in self.senses), None)
             if sense:
                 out.append((word, sense))
-        return out
+        return out, frozenset(w.casefold() for w, _sense in out)
 
 
 def _latin(text: str) -> str:
@@ -267,10 +271,11 @@ class Glossary:
         words = _WORD.findall(query)[:32]
         if not words:
             return None
-        found = self._lexicon(code).gloss(words)  # type: ignore[arg-type]
-        if not found:
+        result = self._lexicon(code).gloss(words)  # type: ignore[arg-type]
+        if not result or not result[0]:
             return None
-        return Gloss(code, " ".join(sense for _word, sense in found), tuple(found))
+        found, known = result
+        return Gloss(code, " ".join(sense for _word, sense in found), tuple(found), known)
 
 
 _shared: Glossary | None = None
