@@ -24,6 +24,7 @@ glosses for that language (``available``), never an error.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import re
 import sqlite3
 import threading
@@ -35,6 +36,7 @@ from pathlib import Path
 
 __all__ = ["Gloss", "Glossary", "available", "glossary", "language_of"]
 
+log = logging.getLogger("imagesvc.search.glosses")
 _WORD = re.compile(r"[^\W\d_]+")
 _HEBREW_LETTER = re.compile(r"[\u05d0-\u05ea]")
 _FREQ = "ABCDEF"  # WORDS' frequency codes, most frequent first (X: unknown)
@@ -250,10 +252,17 @@ class Glossary:
         self._lock = threading.Lock()
         self._lexicons: dict[str, _Latin | _Hebrew] = {}
 
-    def _lexicon(self, code: str) -> _Latin | _Hebrew:
+    def _lexicon(self, code: str) -> _Latin | _Hebrew | None:
+        """The lexicon of ``code``, read on first use; ``None`` (logged once, that language no longer glossed) where
+        its package's data cannot be read: a dictionary never costs a search."""
         with self._lock:
             if code not in self._lexicons:
-                self._lexicons[code] = _Latin() if code == "la" else _Hebrew()
+                try:
+                    self._lexicons[code] = _Latin() if code == "la" else _Hebrew()
+                except Exception as exc:  # a damaged or changed package: any error means "no glosses here"
+                    log.warning("query glosses: the %s dictionary cannot be read (%s); no %s glosses", code, exc, code)
+                    self.languages = tuple(c for c in self.languages if c != code)
+                    return None
             return self._lexicons[code]
 
     def load(self) -> None:
@@ -271,7 +280,8 @@ class Glossary:
         words = _WORD.findall(query)[:32]
         if not words:
             return None
-        result = self._lexicon(code).gloss(words)  # type: ignore[arg-type]
+        lexicon = self._lexicon(code)
+        result = lexicon.gloss(words) if lexicon is not None else None  # type: ignore[arg-type]
         if not result or not result[0]:
             return None
         found, known = result

