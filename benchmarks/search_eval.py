@@ -111,7 +111,9 @@ def build(root: Path) -> Path:
     return build_library(root)[1]
 
 
-async def evaluate(data: Path, grid: bool, model: str = "e5") -> dict[str, Any]:
+async def evaluate(
+    data: Path, grid: bool, model: str = "e5", languages_file: Path = LANGUAGES, clean: bool = False
+) -> dict[str, Any]:
     from imagesvc.settings import load_settings
 
     spec = json.loads(EVAL.read_text(encoding="utf-8"))
@@ -126,7 +128,7 @@ async def evaluate(data: Path, grid: bool, model: str = "e5") -> dict[str, Any]:
             ref_of[f"{row['slug']}:{row['page_number']}:{row['idx']}"] = row["id"]
         texts = {ref: illustration_text(r) for r in text_rows(catalog) for ref, iid in ref_of.items() if iid == r["id"]}
         out["paraphrase_overlaps"] = check_paraphrases(spec["queries"], texts)
-        languages = json.loads(LANGUAGES.read_text(encoding="utf-8"))
+        languages = json.loads(languages_file.read_text(encoding="utf-8"))
         out["language_overlaps"] = language_overlaps(languages, texts)
         # search_wait: every query waits for the text model, so no query is ranked while it is still loading
         base = {"data_dir": data, "site_url": "https://library.example", "session_secret": "eval", "search_wait": 600}
@@ -169,6 +171,8 @@ async def evaluate(data: Path, grid: bool, model: str = "e5") -> dict[str, Any]:
         for concept in languages["concepts"]:
             relevant = {ref_of[r] for r in concept["relevant"]}
             for lang, query in concept["queries"].items():
+                if clean and language_overlaps({"concepts": [{**concept, "queries": {lang: query}}]}, texts):
+                    continue  # --clean: a query that shares a stem with its target is left out
                 by_language["keyword"][lang].append(first_hit(await run_query(services["keyword"], query), relevant))
                 by_language["dense"][lang].append(first_hit(await run_dense_only(services["fused"], query), relevant))
                 by_language["fused"][lang].append(first_hit(await run_query(services["fused"], query), relevant))
@@ -210,15 +214,24 @@ def main() -> int:
     parser.add_argument("--data", type=Path, help="an ingested data dir (default: build the demo library)")
     parser.add_argument("--grid", action="store_true", help="also try other fusion weights and floors")
     parser.add_argument("--model", default="e5", choices=["e5", "use", "minilm"], help="the text model (default e5)")
+    parser.add_argument(
+        "--languages", type=Path, default=LANGUAGES, help="the cross-lingual set (default: the main one)"
+    )
+    parser.add_argument("--clean", action="store_true", help="leave out queries that share a stem with their target")
+    parser.add_argument("--no-glosses", action="store_true", help="no dictionary glosses of Latin and Hebrew queries")
     args = parser.parse_args()
+    if args.no_glosses:
+        from imagesvc.search import glosses
+
+        glosses._shared = glosses.Glossary(())  # the process's glossary, with no language to gloss
     with tempfile.TemporaryDirectory(prefix="search-eval-") as tmp:
         data = args.data or build(Path(tmp))
-        out = asyncio.run(evaluate(data, args.grid, args.model))
+        out = asyncio.run(evaluate(data, args.grid, args.model, args.languages, args.clean))
     print(f"text model: {out['model']}")
     for key, what in (("paraphrase_overlaps", "paraphrase"), ("language_overlaps", "cross-lingual")):
         if out[key]:
             print(f"{what} queries sharing a stem with their target (fix the eval set):", *out[key], sep="\n  ")
-    langs = list(json.loads(LANGUAGES.read_text(encoding="utf-8"))["languages"])
+    langs = list(json.loads(args.languages.read_text(encoding="utf-8"))["languages"])
     print(f"{'cross-lingual R@1 R@5':<24}" + "".join(f"{c:>12}" for c in langs))
     for mode in MODES:
         row = out["languages"][mode]

@@ -17,6 +17,7 @@ import numpy as np
 from imagesvc.catalog.reader import reader
 from imagesvc.errors import ImagesvcError
 from imagesvc.search.dense import TEXT_FOLDER, OtherModel, Passages, StaleWork, TextModel, sync_text_index, text_rows
+from imagesvc.search.glosses import glossary
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
 from imagesvc.search.vectors import VectorIndex, load_index
@@ -168,6 +169,8 @@ class DenseText:
             return
         if not self.closed:
             self._state, self._stamp = state, stamp
+            if self.model is not None and self.model.glosses:  # the query lexicons, read now rather than at a query
+                asyncio.get_running_loop().run_in_executor(None, glossary().load)
 
     async def _follow(self) -> None:
         """Fetch and load the published index when the catalog names a new one; a refused one changes nothing."""

