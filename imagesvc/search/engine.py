@@ -11,12 +11,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import queue
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from imagesvc.catalog import Catalog
 from imagesvc.catalog.reader import reader
 from imagesvc.errors import NotFound, Unavailable
 from imagesvc.search.clip import ClipSpec, Encoder, clip_spec
@@ -30,10 +34,10 @@ from imagesvc.search.dense_signal import DenseText, QueryCache
 from imagesvc.search.fusion import fuse
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.published import CACHE, FETCH_ERRORS, FOLDERS
-from imagesvc.search.ranking import GalleryTable, Query, Ranked, rank
+from imagesvc.search.ranking import GalleryTable, Query, Ranked, TextScores, rank
 from imagesvc.search.snapshot import BUILD_ERRORS, SearchSnapshot, Stamps, build_snapshot, index_stamp
 from imagesvc.search.spelling import Vocabulary
-from imagesvc.search.text import matching_ids, text_search
+from imagesvc.search.text import KeywordHits, keyword_hits, matching_ids
 
 __all__ = ["Scored", "SearchEngine", "engine_for"]
 
@@ -94,6 +98,7 @@ class SearchEngine:
         self._clip_dir: Path | None = None  # the published CLIP index in service
         text = self.followers.get("text")
         self.dense = DenseText(settings, catalog, self._data_dir, self.text_model, self.cache, text)
+        self._readers: queue.SimpleQueue[Catalog] = queue.SimpleQueue()  # SQLite connections keyword queries reuse
 
     def close(self) -> None:
         """Retire this engine (its catalog snapshot was replaced): builds and text embedding in flight stop, and
@@ -101,6 +106,8 @@ class SearchEngine:
         if self._job is not None:
             self._job.cancel()
         self.dense.close()
+        while not self._readers.empty():
+            self._readers.get_nowait().close()
 
     # -- the snapshot ----------------------------------------------------------------------------------------------
 
@@ -263,7 +270,7 @@ class SearchEngine:
         assert encoder is not None
         return self.cache.vector(" ".join(text.casefold().split()), lambda: encoder.encode_text([text])[0])
 
-    def _run(self, snap: SearchSnapshot, q: Query, text_scores: dict[str, float] | None) -> Ranked:
+    def _run(self, snap: SearchSnapshot, q: Query, text_scores: TextScores | None) -> Ranked:
         table, vector = snap.table, None
         if q.like is not None:
             if table.row_of(q.like) is None or not table.live[table.row_of(q.like)]:
@@ -294,10 +301,46 @@ class SearchEngine:
         with reader(self.catalog) as source:
             return Vocabulary(map(illustration_text, text_rows(source)))
 
+    def _own_connections(self) -> bool:
+        """Whether keyword queries can read on connections of their own (a SQLite file, or PostgreSQL's pool)."""
+        path = getattr(self.catalog, "path", None)
+        if getattr(self.catalog, "dialect", "sqlite") == "postgres":
+            return True
+        return path is not None and str(path) != ":memory:" and Path(path).exists()
+
+    @contextmanager
+    def _keyword_source(self) -> Iterator[Any]:
+        """A catalog for a worker thread's keyword query: PostgreSQL's pool, or a SQLite connection of the engine's
+        own, reused (opening one per query cost more than many queries)."""
+        if getattr(self.catalog, "dialect", "sqlite") == "postgres":
+            yield self.catalog
+            return
+        try:
+            source = self._readers.get_nowait()
+        except queue.Empty:
+            source = Catalog(self.catalog.path)
+        try:
+            yield source
+        finally:
+            self._readers.put(source)
+
+    @staticmethod
+    def _hit_rows(table: GalleryTable, hits: KeywordHits, source: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``hits`` as (table rows, scores), without the hits the table does not hold (written since it was read)."""
+        if not len(hits):
+            return np.zeros(0, np.int64), np.zeros(0)
+        if hits.rowids is not None and table.rowid is not None and table.seq is not None and hits.seq == table.seq:
+            rows = table.rows_of_rowids(hits.rowids)  # the same illustrations as when the table was read
+        else:
+            ids = hits.as_dict(source)
+            rows = table.rows_of(ids, len(ids))
+        keep = rows >= 0
+        return rows[keep], hits.scores[keep]
+
     async def search(self, q: Query) -> Scored:
         """Rank ``q`` on one snapshot: the page, its per-signal scores and the signals used. ``NotFound`` for an
         unknown ``like``."""
-        # Small catalog reads (full-text matches) stay on the loop's thread; scans, model and numpy work go to threads.
+        # Scans, keyword queries, model and numpy work go to worker threads.
         snap = await self.snapshot()
         if not (q.text and q.like is None):
             ranked = await asyncio.to_thread(self._run, snap, q, None)
@@ -308,14 +351,27 @@ class SearchEngine:
             vocabulary = await snap.derive("vocabulary", self._vocabulary)
             text, fixes = await asyncio.to_thread(vocabulary.correct, q.text, self.text_model.is_common_word)
             q = replace(q, text=text)
-        fts = text_search(self.catalog, q.text)  # type: ignore[arg-type]
+        text = q.text
+        assert text is not None
+        early = None if self._own_connections() else keyword_hits(self.catalog, text)  # on the loop's connection
 
         def work() -> tuple[Ranked, dict[str, float], dict[str, float]]:
-            found = self.dense.scores(q.text) if use_dense else None  # type: ignore[arg-type]
-            fused, dense = fuse(found[0], found[1], fts) if found else fuse([], None, fts)
-            return self._run(snap, q, fused), dense, fused
+            if early is None:
+                with self._keyword_source() as source:
+                    rows, scores = self._hit_rows(snap.table, keyword_hits(source, text), source)
+            else:
+                rows, scores = self._hit_rows(snap.table, early, self.catalog)
+            found = self.dense.scores(text) if use_dense else None
+            if found:
+                fts = dict(zip(map(snap.table.ids.__getitem__, rows.tolist()), scores.tolist(), strict=True))
+                fused, dense = fuse(found[0], found[1], fts)
+                return self._run(snap, q, fused), dense, fts
+            ranked = self._run(snap, q, (rows, scores))  # keyword only: the scores as they are, no dict of them
+            by_row = dict(zip(rows.tolist(), scores.tolist(), strict=True)) if ranked.rows else {}
+            shown = {snap.table.ids[r]: by_row[r] for r in ranked.rows if r in by_row}
+            return ranked, {}, shown
 
-        ranked, dense, _ = await asyncio.to_thread(work)
+        ranked, dense, fts = await asyncio.to_thread(work)
         signals = [s for s in self.signals(snap) if s != "dense-text" or use_dense]
         return Scored(snap.table, ranked, snap.generation, fts, dense, signals, fixes)
 
