@@ -23,6 +23,7 @@ import numpy as np
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.reader import reader
 from imagesvc.errors import NotFound, Unavailable
+from imagesvc.search.changes import updated_table
 from imagesvc.search.clip import ClipSpec, Encoder, clip_spec
 from imagesvc.search.dense import (
     TextModel,
@@ -33,11 +34,12 @@ from imagesvc.search.dense import (
 from imagesvc.search.dense_signal import DenseText, QueryCache
 from imagesvc.search.fusion import fuse
 from imagesvc.search.index_follower import Follower
+from imagesvc.search.page_cuts import prepared
 from imagesvc.search.published import CACHE, FETCH_ERRORS, FOLDERS
 from imagesvc.search.ranking import GalleryTable, Query, Ranked, TextScores, rank
 from imagesvc.search.snapshot import BUILD_ERRORS, SearchSnapshot, Stamps, build_snapshot, index_stamp
 from imagesvc.search.spelling import Vocabulary
-from imagesvc.search.text import KeywordHits, keyword_hits, matching_ids
+from imagesvc.search.text import KeywordHits, ids_of_rowids, keyword_hits, matching_ids
 
 __all__ = ["Scored", "SearchEngine", "engine_for"]
 
@@ -87,6 +89,8 @@ class SearchEngine:
         self._snap: SearchSnapshot | None = None
         self._job: asyncio.Future[SearchSnapshot] | None = None
         self._generation = 0
+        self.table_reads = 0  # gallery tables read whole (the first, and the fallback)
+        self.table_updates = 0  # gallery tables brought up to date book by book (imagesvc.search.changes)
         self._failed: tuple[Stamps, str] | None = None  # the stamps a rebuild failed at, and why
         self.cache = QueryCache(settings.query_cache_size)  # query vectors, shared by worker threads
         # The indexes `imagesvc index` published (with no store: the data dir's only); cached in the node's data dir.
@@ -178,13 +182,38 @@ class SearchEngine:
             raise Unavailable("Gallery search cannot start: the catalog changed throughout the build.")
         return self._snap
 
+    def _updated(self, old: SearchSnapshot, stamps: Stamps, generation: int) -> SearchSnapshot | None:
+        """``old`` with its gallery table brought up to date book by book and its vectors kept (blocking: a worker
+        thread); None when the whole table must be read again."""
+        index = old.index if old.clip else None
+        with reader(self.catalog) as source:
+            table = updated_table(source, old.table, index.row_of if index is not None else None)
+        if table is None:
+            return None
+        table.row_of("")  # the id -> row map, built here rather than by the first request that needs it
+        if old.clip and old.index is not None:
+            prepared(table, len(old.index.embeddings))
+        return SearchSnapshot(generation, stamps, table, old.index, old.clip)
+
     async def _rebuild(self, stamps: Stamps) -> SearchSnapshot | None:
         self._generation += 1
         key = self.spec.key if self.encoder is not None else None
+        old = self._snap
         try:
+            if old is not None and stamps.index == old.stamps.index:  # the catalog moved, the vectors did not
+                try:
+                    snap = await asyncio.to_thread(self._updated, old, stamps, self._generation)
+                except BUILD_ERRORS as exc:  # read whole below, which reports what still fails
+                    log.warning("gallery table update failed, reading it whole: %s: %s", type(exc).__name__, exc)
+                    snap = None
+                if snap is not None:
+                    self.table_updates += 1
+                    self._snap, self._failed = snap, None
+                    return snap
             folder, fresh, read = await self._clip_source(stamps)
             try:
                 snap = await asyncio.to_thread(build_snapshot, self.catalog, folder, key, read, self._generation)
+                self.table_reads += 1
             except BUILD_ERRORS as exc:
                 if fresh is None:
                     raise
@@ -192,6 +221,7 @@ class SearchEngine:
                 follower.refuse(fresh, exc)  # a published file that will not load: keep the old one
                 folder, fresh, read = self._clip_dir, None, replace(stamps, index=follower.digest or 0)
                 snap = await asyncio.to_thread(build_snapshot, self.catalog, folder, key, read, self._generation)
+                self.table_reads += 1
             if fresh is not None:
                 self._clip_dir = folder
                 await asyncio.to_thread(self.followers["clip"].loaded, fresh)
@@ -255,6 +285,11 @@ class SearchEngine:
             }
         if self.encoder is not None and not self.clip_on(snap):
             out["clip"] += "; no index for this model yet: run `imagesvc index` (no CLIP ranking until then)"
+        out["gallery_table"] = {
+            "illustrations": len(snap.table) if snap is not None else 0,
+            "read_whole": self.table_reads,
+            "updated_by_book": self.table_updates,
+        }
         if self._failed is not None:
             out["rebuild_error"] = self._failed[1]
         if self.dense.model is not None:
@@ -329,10 +364,10 @@ class SearchEngine:
         """``hits`` as (table rows, scores), without the hits the table does not hold (written since it was read)."""
         if not len(hits):
             return np.zeros(0, np.int64), np.zeros(0)
-        if hits.rowids is not None and table.rowid is not None and table.seq is not None and hits.seq == table.seq:
+        if hits.rowids is not None and table.rowid is not None and table.exact and hits.seq == table.seq:
             rows = table.rows_of_rowids(hits.rowids)  # the same illustrations as when the table was read
         else:
-            ids = hits.as_dict(source)
+            ids = hits.ids if hits.ids is not None else ids_of_rowids(source, hits.rowids)
             rows = table.rows_of(ids, len(ids))
         keep = rows >= 0
         return rows[keep], hits.scores[keep]

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from imagesvc.catalog import illustration_key
-from imagesvc.search.duplicates import fold_groups, near_duplicate_groups
+from imagesvc.search.duplicates import fold_groups, groups_of_values, parse_hashes
 from imagesvc.search.page_cuts import Prepared, listing_positions, page_positions, rank_unfiltered
 
 __all__ = ["TEXT_WEIGHT", "GalleryTable", "Query", "Ranked", "TextScores", "changes_seq", "rank", "table_sql"]
@@ -67,7 +67,10 @@ class GalleryTable:
     terms: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     vec_row: np.ndarray | None = None
     rowid: np.ndarray | None = None  # int64 SQLite rowid of each row (what FTS5 names); None on PostgreSQL
-    seq: int | None = None  # the gallery_changes number the rows were read at (None: not known to be one read)
+    phash: np.ndarray | None = None  # uint64 perceptual hash of each row (what ``group`` was made from)
+    phash_width: np.ndarray | None = None  # int16 its width in bits, 0 where it has none (or a malformed one)
+    seq: int = 0  # the gallery_changes number read before the rows: every later write has a higher one
+    exact: bool = False  # whether the rows are the catalog's at ``seq`` exactly (nothing written while reading)
     _row: dict[str, int] | None = None
     _keys: list[tuple[str, int, int]] | None = None
     _prepared: Prepared | None = None  # arrays for unfiltered likeness queries (page_cuts.py), built on first use
@@ -122,8 +125,8 @@ class GalleryTable:
         """The table of every illustration, read row by row (a worker thread builds it beside the one in use)."""
         seq = changes_seq(catalog)
         table = cls.from_rows(catalog.stream(table_sql(catalog)))
-        if changes_seq(catalog) == seq:  # nothing the table reads was written meanwhile: rowids match FTS5's at seq
-            table.seq = seq
+        table.seq = seq
+        table.exact = changes_seq(catalog) == seq  # nothing written meanwhile: its rowids are FTS5's at seq
         return table
 
     @classmethod
@@ -152,6 +155,8 @@ class GalleryTable:
                     for value in {str(v).casefold() for v in json.loads(text) or ()}:
                         postings[(name, value)].append(n)
         has_rowid = with_rowid if with_rowid is not None else bool(rowids) and rowids[0] >= 0
+        values, present, bits = parse_hashes(phashes)
+        width = np.fromiter((4 * len(h) if h else 0 for h in phashes), np.int16, len(phashes))
         return cls(
             ids=ids,
             book=np.array(book, np.int32),
@@ -160,9 +165,11 @@ class GalleryTable:
             types=list(types),
             year=np.array(year, np.int32),
             live=np.array(live, bool),
-            group=near_duplicate_groups(phashes),
+            group=groups_of_values(values, present, bits),
             terms={key: np.array(v, np.int64) for key, v in postings.items()},
             rowid=np.array(rowids, np.int64) if has_rowid else None,
+            phash=values,
+            phash_width=np.where(present, width, 0).astype(np.int16),
         )
 
 

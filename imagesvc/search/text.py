@@ -9,7 +9,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["STOP_WORDS", "KeywordHits", "fts_expression", "keyword_hits", "matching_ids", "text_search"]
+__all__ = [
+    "STOP_WORDS",
+    "KeywordHits",
+    "fts_expression",
+    "ids_of_rowids",
+    "keyword_hits",
+    "matching_ids",
+    "text_search",
+]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Function words match nearly every description, so in an any-word query they only add noise; a query made of
@@ -81,7 +89,7 @@ class KeywordHits:
         """``{illustration id: score}`` (rowids are turned into ids through ``catalog``)."""
         ids = self.ids
         if ids is None:
-            ids = _ids_of_rowids(catalog, self.rowids) if len(self.scores) else []
+            ids = ids_of_rowids(catalog, self.rowids) if len(self.scores) else []
         return dict(zip(ids, self.scores.tolist(), strict=True))
 
 
@@ -117,7 +125,8 @@ def keyword_hits(catalog: Any, query: str, limit: int = 100_000) -> KeywordHits:
     return KeywordHits(np.maximum(-ranks / best, 1e-6), rowids=rowids, seq=int(rows[0][2]))
 
 
-def _ids_of_rowids(catalog: Any, rowids: Any) -> list[str]:
+def ids_of_rowids(catalog: Any, rowids: Any) -> list[str]:
+    """The illustration id of each SQLite rowid ("" for one deleted since)."""
     found = dict(
         (r["rowid"], r["id"])
         for r in catalog.query_in("SELECT rowid, id FROM illustrations WHERE rowid IN ({marks})", rowids.tolist())
