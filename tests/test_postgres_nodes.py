@@ -3,8 +3,9 @@ catalog and one S3 server (moto), with no catalog copy on any node.
 
 A revoked key is refused by both nodes within a second of ``imagesvc keys revoke`` returning; a book ingested while
 they serve is listed and found by gallery search on both without a restart; a withdrawn book is gone from both at
-once. PostgreSQL stopped mid-traffic gives clear 503 ``unavailable`` answers (nothing metered is delivered) and the
-nodes recover by themselves when it is back.
+once, each node updating its gallery table for the books written rather than reading it whole again. PostgreSQL
+stopped mid-traffic gives clear 503 ``unavailable`` answers (nothing metered is delivered) and the nodes recover by
+themselves when it is back.
 """
 
 from __future__ import annotations
@@ -158,6 +159,9 @@ async def test_two_nodes_see_keys_books_and_withdrawals_at_once(
             assert (await _status(session, f"{node.url}/api/books/{SPECULUM}"))[0] == 404
             status, body = await _status(session, f"{node.url}/api/gallery?query=athanor")
             assert status == 200 and SPECULUM not in json.dumps(body)
+            # Neither node read its whole gallery table again: it updated the books that were written.
+            table = (await _status(session, f"{node.url}/health"))[1]["search"]["gallery_table"]
+            assert table["read_whole"] == 1 and table["updated_by_book"] >= 2, table
     for name in ("node-a", "node-b"):  # no node holds a catalog copy
         assert not list((tmp_path / name).glob("catalog.sqlite3*")), list((tmp_path / name).iterdir())
 

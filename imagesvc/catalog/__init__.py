@@ -146,6 +146,12 @@ class Catalog:
         included (``data_version`` moves only for other connections' commits)."""
         return self.data_version(), self._conn.total_changes
 
+    def tuples(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        """Every row as a plain tuple (JSON columns left as text): many small rows without a dict each."""
+        cursor = self._conn.cursor()
+        cursor.row_factory = None
+        return cursor.execute(sql, tuple(args)).fetchall()
+
     def stream(self, sql: str, args: Iterable[Any] = ()) -> Iterator[tuple[Any, ...]]:
         """The rows of a large read one at a time, as plain tuples with JSON columns left as text.
 

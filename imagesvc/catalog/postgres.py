@@ -269,6 +269,9 @@ class PostgresCatalog(Catalog):
     def column(self, sql: str, args: Iterable[Any] = ()) -> list[Any]:
         return [r[0] for r in self._read(sql, args, "tuples")]
 
+    def tuples(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._read(sql, args, "tuples")  # type: ignore[no-any-return]
+
     def data_version(self) -> Any:
         return self.scalar("SELECT changes FROM catalog_state WHERE id = 1")
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["NEAR_DUPLICATE_BITS", "fold_groups", "near_duplicate_groups"]
+__all__ = ["NEAR_DUPLICATE_BITS", "fold_groups", "groups_of_values", "near_duplicate_groups", "parse_hashes"]
 
 NEAR_DUPLICATE_BITS = 4  # of 64: well inside what re-encoding or rescanning one picture moves a pHash
 
@@ -29,7 +29,7 @@ def _bands(bits: int, count: int) -> list[tuple[int, int]]:
     return out
 
 
-def _parse(hashes: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray, int]:
+def parse_hashes(hashes: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray, int]:
     """The hashes as uint64 values, which of them are present (well-formed), and their width in bits."""
     values = np.zeros(len(hashes), np.uint64)
     present = np.zeros(len(hashes), bool)
@@ -87,8 +87,14 @@ def near_duplicate_groups(hashes: Sequence[str | None], max_distance: int = NEAR
     ``hashes`` are hex strings of equal length (imagehash's ``str()``); malformed ones count as missing. Groups are
     numbered in the order of their first member.
     """
-    values, present, bits = _parse(hashes)
-    group = np.full(len(hashes), -1, np.int32)
+    return groups_of_values(*parse_hashes(hashes), max_distance)
+
+
+def groups_of_values(
+    values: np.ndarray, present: np.ndarray, bits: int, max_distance: int = NEAR_DUPLICATE_BITS
+) -> np.ndarray:
+    """``near_duplicate_groups`` of hashes already parsed (``parse_hashes``: values, which are present, width)."""
+    group = np.full(len(values), -1, np.int32)
     rows = np.flatnonzero(present)
     if len(rows) == 0:
         return group

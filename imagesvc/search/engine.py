@@ -11,15 +11,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+import queue
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from imagesvc.catalog import Catalog
 from imagesvc.catalog.reader import reader
 from imagesvc.errors import NotFound, Unavailable
+from imagesvc.search.changes import updated_table
 from imagesvc.search.clip import ClipSpec, Encoder, clip_spec
 from imagesvc.search.dense import (
     TextModel,
@@ -31,11 +35,12 @@ from imagesvc.search.dense_signal import DenseText, QueryCache
 from imagesvc.search.fusion import fuse
 from imagesvc.search.glosses import glossary
 from imagesvc.search.index_follower import Follower
+from imagesvc.search.page_cuts import prepared
 from imagesvc.search.published import CACHE, FETCH_ERRORS, FOLDERS
-from imagesvc.search.ranking import GalleryTable, Query, Ranked, rank
+from imagesvc.search.ranking import GalleryTable, Query, Ranked, TextScores, rank
 from imagesvc.search.snapshot import BUILD_ERRORS, SearchSnapshot, Stamps, build_snapshot, index_stamp
 from imagesvc.search.spelling import Vocabulary
-from imagesvc.search.text import matching_ids, text_search
+from imagesvc.search.text import KeywordHits, ids_of_rowids, keyword_hits, matching_ids
 
 __all__ = ["Scored", "SearchEngine", "engine_for"]
 
@@ -85,6 +90,8 @@ class SearchEngine:
         self._snap: SearchSnapshot | None = None
         self._job: asyncio.Future[SearchSnapshot] | None = None
         self._generation = 0
+        self.table_reads = 0  # gallery tables read whole (the first, and the fallback)
+        self.table_updates = 0  # gallery tables brought up to date book by book (imagesvc.search.changes)
         self._failed: tuple[Stamps, str] | None = None  # the stamps a rebuild failed at, and why
         self.cache = QueryCache(settings.query_cache_size)  # query vectors, shared by worker threads
         # The indexes `imagesvc index` published (with no store: the data dir's only); cached in the node's data dir.
@@ -96,6 +103,7 @@ class SearchEngine:
         self._clip_dir: Path | None = None  # the published CLIP index in service
         text = self.followers.get("text")
         self.dense = DenseText(settings, catalog, self._data_dir, self.text_model, self.cache, text)
+        self._readers: queue.SimpleQueue[Catalog] = queue.SimpleQueue()  # SQLite connections keyword queries reuse
 
     def close(self) -> None:
         """Retire this engine (its catalog snapshot was replaced): builds and text embedding in flight stop, and
@@ -103,6 +111,8 @@ class SearchEngine:
         if self._job is not None:
             self._job.cancel()
         self.dense.close()
+        while not self._readers.empty():
+            self._readers.get_nowait().close()
 
     # -- the snapshot ----------------------------------------------------------------------------------------------
 
@@ -173,13 +183,38 @@ class SearchEngine:
             raise Unavailable("Gallery search cannot start: the catalog changed throughout the build.")
         return self._snap
 
+    def _updated(self, old: SearchSnapshot, stamps: Stamps, generation: int) -> SearchSnapshot | None:
+        """``old`` with its gallery table brought up to date book by book and its vectors kept (blocking: a worker
+        thread); None when the whole table must be read again."""
+        index = old.index if old.clip else None
+        with reader(self.catalog) as source:
+            table = updated_table(source, old.table, index.row_of if index is not None else None)
+        if table is None:
+            return None
+        table.row_of("")  # the id -> row map, built here rather than by the first request that needs it
+        if old.clip and old.index is not None:
+            prepared(table, len(old.index.embeddings))
+        return SearchSnapshot(generation, stamps, table, old.index, old.clip)
+
     async def _rebuild(self, stamps: Stamps) -> SearchSnapshot | None:
         self._generation += 1
         key = self.spec.key if self.encoder is not None else None
+        old = self._snap
         try:
+            if old is not None and stamps.index == old.stamps.index:  # the catalog moved, the vectors did not
+                try:
+                    snap = await asyncio.to_thread(self._updated, old, stamps, self._generation)
+                except BUILD_ERRORS as exc:  # read whole below, which reports what still fails
+                    log.warning("gallery table update failed, reading it whole: %s: %s", type(exc).__name__, exc)
+                    snap = None
+                if snap is not None:
+                    self.table_updates += 1
+                    self._snap, self._failed = snap, None
+                    return snap
             folder, fresh, read = await self._clip_source(stamps)
             try:
                 snap = await asyncio.to_thread(build_snapshot, self.catalog, folder, key, read, self._generation)
+                self.table_reads += 1
             except BUILD_ERRORS as exc:
                 if fresh is None:
                     raise
@@ -187,6 +222,7 @@ class SearchEngine:
                 follower.refuse(fresh, exc)  # a published file that will not load: keep the old one
                 folder, fresh, read = self._clip_dir, None, replace(stamps, index=follower.digest or 0)
                 snap = await asyncio.to_thread(build_snapshot, self.catalog, folder, key, read, self._generation)
+                self.table_reads += 1
             if fresh is not None:
                 self._clip_dir = folder
                 await asyncio.to_thread(self.followers["clip"].loaded, fresh)
@@ -250,6 +286,11 @@ class SearchEngine:
             }
         if self.encoder is not None and not self.clip_on(snap):
             out["clip"] += "; no index for this model yet: run `imagesvc index` (no CLIP ranking until then)"
+        out["gallery_table"] = {
+            "illustrations": len(snap.table) if snap is not None else 0,
+            "read_whole": self.table_reads,
+            "updated_by_book": self.table_updates,
+        }
         if self._failed is not None:
             out["rebuild_error"] = self._failed[1]
         if self.dense.model is not None:
@@ -265,7 +306,7 @@ class SearchEngine:
         assert encoder is not None
         return self.cache.vector(" ".join(text.casefold().split()), lambda: encoder.encode_text([text])[0])
 
-    def _run(self, snap: SearchSnapshot, q: Query, text_scores: dict[str, float] | None) -> Ranked:
+    def _run(self, snap: SearchSnapshot, q: Query, text_scores: TextScores | None) -> Ranked:
         table, vector = snap.table, None
         if q.like is not None:
             if table.row_of(q.like) is None or not table.live[table.row_of(q.like)]:
@@ -306,10 +347,46 @@ class SearchEngine:
             return is_word
         return lambda word: word.casefold() in found.known or is_word(word)
 
+    def _own_connections(self) -> bool:
+        """Whether keyword queries can read on connections of their own (a SQLite file, or PostgreSQL's pool)."""
+        path = getattr(self.catalog, "path", None)
+        if getattr(self.catalog, "dialect", "sqlite") == "postgres":
+            return True
+        return path is not None and str(path) != ":memory:" and Path(path).exists()
+
+    @contextmanager
+    def _keyword_source(self) -> Iterator[Any]:
+        """A catalog for a worker thread's keyword query: PostgreSQL's pool, or a SQLite connection of the engine's
+        own, reused (opening one per query cost more than many queries)."""
+        if getattr(self.catalog, "dialect", "sqlite") == "postgres":
+            yield self.catalog
+            return
+        try:
+            source = self._readers.get_nowait()
+        except queue.Empty:
+            source = Catalog(self.catalog.path)
+        try:
+            yield source
+        finally:
+            self._readers.put(source)
+
+    @staticmethod
+    def _hit_rows(table: GalleryTable, hits: KeywordHits, source: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``hits`` as (table rows, scores), without the hits the table does not hold (written since it was read)."""
+        if not len(hits):
+            return np.zeros(0, np.int64), np.zeros(0)
+        if hits.rowids is not None and table.rowid is not None and table.exact and hits.seq == table.seq:
+            rows = table.rows_of_rowids(hits.rowids)  # the same illustrations as when the table was read
+        else:
+            ids = hits.ids if hits.ids is not None else ids_of_rowids(source, hits.rowids)
+            rows = table.rows_of(ids, len(ids))
+        keep = rows >= 0
+        return rows[keep], hits.scores[keep]
+
     async def search(self, q: Query) -> Scored:
         """Rank ``q`` on one snapshot: the page, its per-signal scores and the signals used. ``NotFound`` for an
         unknown ``like``."""
-        # Small catalog reads (full-text matches) stay on the loop's thread; scans, model and numpy work go to threads.
+        # Scans, keyword queries, model and numpy work go to worker threads.
         snap = await self.snapshot()
         if not (q.text and q.like is None):
             ranked = await asyncio.to_thread(self._run, snap, q, None)
@@ -322,14 +399,27 @@ class SearchEngine:
                 lambda text: vocabulary.correct(text, self._spelt_right(text)), q.text
             )
             q = replace(q, text=text)
-        fts = text_search(self.catalog, q.text)  # type: ignore[arg-type]
+        text = q.text
+        assert text is not None
+        early = None if self._own_connections() else keyword_hits(self.catalog, text)  # on the loop's connection
 
         def work() -> tuple[Ranked, dict[str, float], dict[str, float]]:
-            found = self.dense.scores(q.text) if use_dense else None  # type: ignore[arg-type]
-            fused, dense = fuse(found[0], found[1], fts) if found else fuse([], None, fts)
-            return self._run(snap, q, fused), dense, fused
+            if early is None:
+                with self._keyword_source() as source:
+                    rows, scores = self._hit_rows(snap.table, keyword_hits(source, text), source)
+            else:
+                rows, scores = self._hit_rows(snap.table, early, self.catalog)
+            found = self.dense.scores(text) if use_dense else None
+            if found:
+                fts = dict(zip(map(snap.table.ids.__getitem__, rows.tolist()), scores.tolist(), strict=True))
+                fused, dense = fuse(found[0], found[1], fts)
+                return self._run(snap, q, fused), dense, fts
+            ranked = self._run(snap, q, (rows, scores))  # keyword only: the scores as they are, no dict of them
+            by_row = dict(zip(rows.tolist(), scores.tolist(), strict=True)) if ranked.rows else {}
+            shown = {snap.table.ids[r]: by_row[r] for r in ranked.rows if r in by_row}
+            return ranked, {}, shown
 
-        ranked, dense, _ = await asyncio.to_thread(work)
+        ranked, dense, fts = await asyncio.to_thread(work)
         signals = [s for s in self.signals(snap) if s != "dense-text" or use_dense]
         return Scored(snap.table, ranked, snap.generation, fts, dense, signals, fixes)
 

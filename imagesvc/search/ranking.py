@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from imagesvc.catalog import illustration_key
-from imagesvc.search.duplicates import fold_groups, near_duplicate_groups
+from imagesvc.search.duplicates import fold_groups, groups_of_values, parse_hashes
 from imagesvc.search.page_cuts import Prepared, listing_positions, page_positions, rank_unfiltered
 
-__all__ = ["TEXT_WEIGHT", "GalleryTable", "Query", "Ranked", "rank"]
+__all__ = ["TEXT_WEIGHT", "GalleryTable", "Query", "Ranked", "TextScores", "changes_seq", "rank", "table_sql"]
 
 TEXT_WEIGHT = 0.1  # a full-strength text match adds this much to a cosine similarity (see docs/search.md)
 NO_YEAR = -(2**31)
@@ -66,9 +66,15 @@ class GalleryTable:
     group: np.ndarray  # int32 near-duplicate group (pHash within a few bits), -1 when alone
     terms: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     vec_row: np.ndarray | None = None
+    rowid: np.ndarray | None = None  # int64 SQLite rowid of each row (what FTS5 names); None on PostgreSQL
+    phash: np.ndarray | None = None  # uint64 perceptual hash of each row (what ``group`` was made from)
+    phash_width: np.ndarray | None = None  # int16 its width in bits, 0 where it has none (or a malformed one)
+    seq: int = 0  # the gallery_changes number read before the rows: every later write has a higher one
+    exact: bool = False  # whether the rows are the catalog's at ``seq`` exactly (nothing written while reading)
     _row: dict[str, int] | None = None
     _keys: list[tuple[str, int, int]] | None = None
     _prepared: Prepared | None = None  # arrays for unfiltered likeness queries (page_cuts.py), built on first use
+    _by_rowid: tuple[np.ndarray, np.ndarray] | None = None  # rowids sorted, and the row of each
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -84,6 +90,18 @@ class GalleryTable:
             self.row_of("")
         assert self._row is not None
         return np.fromiter(map(self._row.get, illustration_ids, repeat(-1)), np.int64, count)
+
+    def rows_of_rowids(self, rowids: np.ndarray) -> np.ndarray:
+        """The table row of each SQLite rowid (int64), -1 for one the table lacks."""
+        assert self.rowid is not None
+        if self._by_rowid is None:
+            order = np.argsort(self.rowid, kind="stable")
+            self._by_rowid = (self.rowid[order], order)
+        ordered, rows = self._by_rowid
+        at = np.minimum(np.searchsorted(ordered, rowids), max(len(ordered) - 1, 0))
+        if not len(ordered):
+            return np.full(len(rowids), -1, np.int64)
+        return np.where(ordered[at] == rowids, rows[at], -1).astype(np.int64)
 
     def first_after(self, cursor: str) -> int:
         """The first row after illustration ``cursor`` in table (catalog) order, even if that one is gone since.
@@ -105,31 +123,40 @@ class GalleryTable:
     @classmethod
     def from_catalog(cls, catalog: Any) -> GalleryTable:
         """The table of every illustration, read row by row (a worker thread builds it beside the one in use)."""
+        seq = changes_seq(catalog)
+        table = cls.from_rows(catalog.stream(table_sql(catalog)))
+        table.seq = seq
+        table.exact = changes_seq(catalog) == seq  # nothing written meanwhile: its rowids are FTS5's at seq
+        return table
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[Any, ...]], with_rowid: bool | None = None) -> GalleryTable:
+        """The table of ``rows`` (``table_sql``'s columns, in its order)."""
         ids: list[str] = []
         book: list[int] = []
         kind: list[int] = []
         year: list[int] = []
         live: list[bool] = []
         phashes: list[str | None] = []
+        rowids: list[int] = []
         books: dict[str, int] = {}
         types: dict[str, int] = {}
         postings: dict[tuple[str, str], list[int]] = defaultdict(list)
-        rows = catalog.stream(
-            "SELECT i.id, i.book_id, i.type, coalesce(i.year, b.year), i.phash, (i.removed = 0 AND b.withdrawn = 0),"
-            " i.subjects, i.figures, i.symbols FROM illustrations i"
-            " JOIN books b ON b.id = i.book_id ORDER BY i.book_id, i.page_number, i.idx"
-        )
-        for n, (iid, book_id, type_, year_, phash, alive, *terms) in enumerate(rows):
+        for n, (iid, book_id, type_, year_, phash, alive, *terms, rowid) in enumerate(rows):
             ids.append(iid)
             book.append(books.setdefault(book_id, len(books)))
             kind.append(types.setdefault(type_, len(types)))
             year.append(NO_YEAR if year_ is None else year_)
             live.append(bool(alive))
             phashes.append(phash)
+            rowids.append(-1 if rowid is None else rowid)
             for name, text in zip(_TERM_FIELDS, terms, strict=True):
                 if text and text != "[]":
                     for value in {str(v).casefold() for v in json.loads(text) or ()}:
                         postings[(name, value)].append(n)
+        has_rowid = with_rowid if with_rowid is not None else bool(rowids) and rowids[0] >= 0
+        values, present, bits = parse_hashes(phashes)
+        width = np.fromiter((4 * len(h) if h else 0 for h in phashes), np.int16, len(phashes))
         return cls(
             ids=ids,
             book=np.array(book, np.int32),
@@ -138,9 +165,27 @@ class GalleryTable:
             types=list(types),
             year=np.array(year, np.int32),
             live=np.array(live, bool),
-            group=near_duplicate_groups(phashes),
+            group=groups_of_values(values, present, bits),
             terms={key: np.array(v, np.int64) for key, v in postings.items()},
+            rowid=np.array(rowids, np.int64) if has_rowid else None,
+            phash=values,
+            phash_width=np.where(present, width, 0).astype(np.int16),
         )
+
+
+def table_sql(catalog: Any, where: str = "") -> str:
+    """The gallery table's read: every illustration (``where``: some), in catalog order, with the SQLite rowid."""
+    rowid = "i.rowid" if getattr(catalog, "dialect", "sqlite") == "sqlite" else "NULL"
+    return (
+        "SELECT i.id, i.book_id, i.type, coalesce(i.year, b.year), i.phash, (i.removed = 0 AND b.withdrawn = 0),"
+        f" i.subjects, i.figures, i.symbols, {rowid} FROM illustrations i"
+        f" JOIN books b ON b.id = i.book_id {where} ORDER BY i.book_id, i.page_number, i.idx"
+    )
+
+
+def changes_seq(catalog: Any) -> int:
+    """The highest ``gallery_changes`` number: it moves with every write the gallery table reads (migration 10)."""
+    return int(catalog.scalar("SELECT coalesce(max(seq), 0) FROM gallery_changes") or 0)
 
 
 @dataclass
@@ -184,7 +229,11 @@ def _mask(table: GalleryTable, q: Query) -> np.ndarray:
     return mask
 
 
-def _unfiltered(q: Query, text_scores: dict[str, float] | None) -> bool:
+TextScores = dict[str, float] | tuple[np.ndarray, np.ndarray]
+"""Text scores by illustration id, or as (table rows, scores) arrays."""
+
+
+def _unfiltered(q: Query, text_scores: TextScores | None) -> bool:
     """Whether every live illustration with a vector is a candidate (bar exclusions and ``min_score``)."""
     filters = (q.type, q.subject, q.figure, q.symbol, q.year_from, q.year_to, q.book_ids, q.in_ids, q.after)
     return text_scores is None and not q.fold_duplicates and all(f is None for f in filters)
@@ -195,7 +244,7 @@ def rank(
     q: Query,
     matrix: np.ndarray | None = None,
     vector: np.ndarray | None = None,
-    text_scores: dict[str, float] | None = None,
+    text_scores: TextScores | None = None,
 ) -> Ranked:
     """Filter, score, fold duplicates (``q.fold_duplicates``), cap per book and cut one page. With neither
     ``vector`` nor ``text_scores`` the order is the catalog's and ``q.after`` continues it after that id; with only
@@ -213,9 +262,12 @@ def rank(
         clip = (matrix @ vector)[vr] if len(vr) > len(matrix) // 4 else matrix[vr] @ vector
     if text_scores is not None:
         dense = np.zeros(len(table), np.float32)
-        rows = table.rows_of(text_scores, len(text_scores))
-        found = rows >= 0
-        dense[rows[found]] = np.fromiter(text_scores.values(), np.float64, len(text_scores))[found]
+        if isinstance(text_scores, tuple):
+            dense[text_scores[0]] = text_scores[1]
+        else:
+            rows = table.rows_of(text_scores, len(text_scores))
+            found = rows >= 0
+            dense[rows[found]] = np.fromiter(text_scores.values(), np.float64, len(text_scores))[found]
         text = dense[cand]
         if clip is None:
             keep = text > 0

@@ -11,7 +11,8 @@ __all__ = ["gallery_items"]
 
 
 def _books(services: Services, book_ids: set[str]) -> dict[str, dict[str, Any]]:
-    return {b: row for b in book_ids if (row := services.catalog.find_book(b)) is not None}
+    # Without the page counts an item does not show: counting read every page row of each book (300 a book).
+    return {b: row for b in book_ids if (row := services.catalog.find_book(b, counts=False)) is not None}
 
 
 def gallery_items(services: Services, ids: list[str], extra: list[dict[str, Any]] | None = None) -> list[dict]:

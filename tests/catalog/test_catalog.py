@@ -352,7 +352,7 @@ def test_ingest_finds_a_pages_illustrations_by_index(catalog: Catalog) -> None:
         from imagesvc.catalog.search_sql import DOC
 
         searches = {  # the text searches read their GIN indexes (migrations 3 and 4)
-            "illustrations_search": f"SELECT i.id FROM illustrations i WHERE {DOC} @@ to_tsquery('simple', ?)",
+            "illustrations_search_doc": f"SELECT i.id FROM illustrations i WHERE {DOC} @@ to_tsquery('simple', ?)",
             "books_search": "SELECT b.id FROM books b WHERE imagesvc_book_doc(b.title, b.author)"
             " @@ to_tsquery('simple', imagesvc_fold(?))",
         }

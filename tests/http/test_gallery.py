@@ -509,3 +509,33 @@ async def test_a_feature_index_that_will_not_load_is_not_a_500(
         )
         body = await response.json()
         assert response.status == 200 and body["same_block"] == [], body
+
+
+async def test_a_book_another_process_writes_is_found_and_a_removed_picture_gone_without_a_whole_read(
+    client: TestClient, data_dir: Path
+) -> None:
+    """The node follows writes by another process (as ingest and the CLI are) book by book: its gallery table is
+    read whole once, then updated for the books written (``search.gallery_table`` in /health says how often each)."""
+    from tests.catalog.test_catalog import book, illus, write_book
+
+    await get(client, "/api/gallery", q="salamander")  # the table in service, read whole
+    start = (await get(client, "/health"))["search"]["gallery_table"]
+    musaeum = book(0x5A1, title="Musaeum Hermeticum", year=1625)
+    pictures = [illus(musaeum["id"], n, 0, f"A zqsalamander in the fire, plate {n}") for n in (1, 2)]
+    mine = {"q": "zqsalamander", "book_id": musaeum["id"]}
+    catalog = Catalog(data_dir / "catalog.sqlite3")  # an operator's connection, as ingest would open
+    try:
+        write_book(catalog, musaeum, {1: [pictures[0]], 2: [pictures[1]]})
+        found = await get(client, "/api/gallery", **mine)
+        assert {i["id"] for i in found["items"]} == {p["id"] for p in pictures}
+        assert all(i["book_title"] == "Musaeum Hermeticum" for i in found["items"])
+        with catalog.transaction() as conn:
+            remove_illustration(conn, pictures[0]["id"])
+    finally:
+        catalog.close()
+    found = await get(client, "/api/gallery", **mine)
+    assert [i["id"] for i in found["items"]] == [pictures[1]["id"]] and found["total"] == 1
+    table = (await get(client, "/health"))["search"]["gallery_table"]
+    assert table["read_whole"] == start["read_whole"] == 1, (start, table)
+    assert table["updated_by_book"] == start["updated_by_book"] + 2
+    assert table["illustrations"] == start["illustrations"] + 2  # a removed one stays in the table, not live
