@@ -53,6 +53,17 @@ _PAGE_ERRORS = {
     str(status): {"description": f"{what}, as an HTML page.", "content": _HTML}
     for status, what in ((400, "A bad parameter"), (404, "Unknown book, page or id"), (429, "A limit reached"))
 }
+# ... and the upload page's own refusals (imagesvc/web/uploads.py), which people see as pages too
+_UPLOAD_PAGE_ERRORS = _PAGE_ERRORS | {
+    str(status): {"description": f"{what}, as an HTML page.", "content": _HTML}
+    for status, what in (
+        (408, "The upload did not arrive in time"),
+        (413, "The upload is over its limit"),
+        (415, "A compressed or unsupported body"),
+        (422, "A file that is not a usable image"),
+        (503, "Searches by image are full or the service is degraded"),
+    )
+}
 _JSON_RPC_ERROR = {"type": "object", "required": ["jsonrpc", "error"], "properties": {"error": {"type": "object"}}}
 
 ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
@@ -102,7 +113,7 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
         "Search by image for people (HTML): a picture from a form's file field (multipart) with the form's book_id "
         "and limit, the printings of the same woodblock as cards; the search_images_by_image tool.",
         media="text/html",
-        extra=_PAGE_ERRORS,
+        extra=_UPLOAD_PAGE_ERRORS,
     ),
     ("GET", "/search-by-image"): RouteDoc(
         "The search-by-image upload form for people (HTML).", media="text/html", extra=_PAGE_ERRORS

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 import schemathesis
 from aiohttp import web
@@ -142,3 +143,18 @@ async def test_documents_give_each_route_the_parameters_it_accepts_with_its_alia
     text = await (await client.get("/llms.txt")).text()
     assert "- query (string, also accepted as q)" in text
     assert "Any other parameter is a 400 naming it." in text
+
+
+async def test_the_upload_page_refuses_a_document_with_a_page_its_description_promises(client: TestClient) -> None:
+    """A PDF sent to the search-by-image form is refused as a page for people (HTML 422), and OpenAPI says that
+    page's refusals are HTML (schemathesis found the 422 documented only as the JSON error shape)."""
+    form = aiohttp.FormData()
+    form.add_field("image", b"%PDF-1.4\n1 0 obj\n<</Type/Catalog>>\nendobj\n%%EOF\n", filename="scan.pdf")
+    resp = await client.post("/search-by-image", data=form)
+    assert resp.status == 422
+    assert resp.content_type == "text/html"
+    assert "not" in (await resp.text()).lower()
+    doc = await (await client.get("/api/openapi.json")).json()
+    responses = doc["paths"]["/search-by-image"]["post"]["responses"]
+    for status in ("408", "413", "415", "422", "503"):
+        assert "text/html" in responses[status]["content"], status
