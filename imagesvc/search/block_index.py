@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index
+from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index, chunks
 from imagesvc.search.features import STORED_KEYPOINTS, STORED_SIDE, Features, decode_reduced, extract
 
 __all__ = ["BlockIndex", "BlockIndexSummary", "load_blocks", "sync_blocks"]
@@ -180,7 +180,7 @@ def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple
         rng = np.random.default_rng(0)
         pick = rng.choice(len(feats), size=min(len(feats), TRAIN_SAMPLE // 100 + 1), replace=False)
         train = np.concatenate([feats[int(n)].desc for n in pick])
-    index = build_index([feats], total, train)
+    index = build_index(chunks(feats, 4096), total, train)  # a batch at a time: no second copy of all codes
     del by_file
     faiss.write_index_binary(index.index, str(folder / f".index-{digest}.faiss.tmp"))
     os.replace(folder / f".index-{digest}.faiss.tmp", folder / f"index-{digest}.faiss")

@@ -271,12 +271,15 @@ def build_index(
     xy: list[np.ndarray] = []
     shapes: list[np.ndarray] = []
     for batch in batches:
+        codes, ids = [], []
         for f in batch:
             n = len(xy)
             xy.append(f.xy.astype(np.float16))
             shapes.append(f.shape if f.shape is not None else np.zeros((len(f.xy), 2), np.uint8))
-            if len(f.desc):
-                index.add_with_ids(f.desc, _ids(n, len(f.desc)))  # type: ignore[attr-defined]
+            codes.append(f.desc)
+            ids.append(_ids(n, len(f.desc)))
+        if codes and sum(len(c) for c in codes):  # one call a batch: faiss assigns its lists on all threads at once
+            index.add_with_ids(np.concatenate(codes), np.concatenate(ids))  # type: ignore[attr-defined]
     shape = np.concatenate(shapes) if shapes else np.zeros((0, 2), np.uint8)
     return FeatureIndex(index, xy, shape=shape)
 
