@@ -7,8 +7,10 @@ it is large. A descriptor's faiss id is ``illustration number << 12 | keypoint n
 and where it sits without another table.
 
 A query's descriptors each find their ``neighbours(count)`` nearest stored descriptors (more in a larger library); each
-illustration gets one vote per query descriptor, weighted by how rare the hit is (an idf: a descriptor that hits many
-illustrations, a frame corner or a hatch, says little). The ``CANDIDATES`` best voted are then verified geometrically:
+pair votes for its illustration, weighted by closeness and by how rare the hit is (an idf: a descriptor that hits many
+illustrations, a frame corner or a hatch, says little), in the bin of the rotation and change of pyramid level the
+pair implies (each keypoint's ``Features.shape``): a printing's pairs agree on one bin, a look-alike's scatter. Each
+illustration is scored by its best bin, and the ``CANDIDATES`` best are then verified geometrically on that bin's pairs:
 RANSAC fits a 4-degree-of-freedom similarity (scale, rotation, shift; ``cv2.estimateAffinePartial2D``) to the
 query-to-stored keypoint pairs, and the pairs that agree with it (inliers) are counted. A printing of the same block
 lines up everywhere; a copy recut by another hand or a picture of the same subject lines up only piecewise, so few pairs
