@@ -2,26 +2,38 @@
 index memory and indexing CPU per illustration, over a generated library of woodcut-like illustrations
 (``fixtures/woodcuts.py``), beside the former pHash-window brute force on a subset measured in the same run.
 
-Usage: .venv/bin/python benchmarks/image_search.py [--size 20000] [--queries 30] [--reference 600] [--workers 2]
-       [--neighbours 8] [--nprobe 8] [--candidates 60] [--cache DIR]
+Usage: python3 benchmarks/image_search.py [--size 20000] [--queries 30] [--reference 600] [--workers N]
+       [--neighbours 0] [--nprobe 8] [--candidates 400] [--cache DIR]
 
-Indexing is what ``imagesvc index`` does per illustration: the stored picture (a JPEG at 600-1,000 px) decoded
-reduced, ORB features extracted, on ``--workers`` processes; then the faiss index built. Rendering the synthetic
-illustrations is not counted. Queries run one at a time on one core (faiss held to one thread), as a serving node
-runs each; latency is wall time of extraction + search + verification, and CPU time beside it (the machine is
-shared: CPU time is the steadier figure).
+Needs numpy, Pillow, opencv-python-headless and faiss-cpu only (nothing of the service's serving stack), so it runs
+on a bare many-core machine. Stages, each timed (CPU per illustration and wall):
+
+- *generate* and *extract*, together on ``--workers`` processes, ``SHARD`` illustrations a task: each stored
+  illustration rendered and saved as a JPEG at 600-1,000 px (generation, not part of indexing), then decoded
+  reduced and its ORB features extracted, as ``imagesvc index`` does. Each task writes a features file under
+  ``DIR/shards-<size>/`` (a temporary folder without ``--cache``); a killed run resumes at the missing shards.
+- *train* (the inverted file's centroids, on a sample of shards) and *add* (every shard), faiss on ``--workers``
+  threads; the built index is saved under ``DIR`` and a later run with the same ``--size`` only queries.
+- *queries*: the degraded pictures made on the workers, then each query run on one core (faiss held to one thread),
+  as a serving node runs each; latency is wall time of extraction + search + verification, with CPU time beside it
+  (on a shared machine CPU time is the steadier figure).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import itertools
+import multiprocessing
 import os
 import random
 import resource
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -38,19 +50,92 @@ from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, STORED_SIDE, F
 __all__ = ["main"]
 
 
+SHARD = 500  # illustrations per features file of the cache: the unit of work of a worker, and of resuming
+
+
 def _stored_jpeg(ill: Illustration, size: int) -> bytes:
     buf = io.BytesIO()
     render(ill, size).save(buf, "JPEG", quality=90)
     return buf.getvalue()
 
 
-def _index_one(args: tuple[Illustration, int]) -> tuple[np.ndarray, np.ndarray, float]:
+def _index_one(args: tuple[Illustration, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Worker: render the stored JPEG (not counted), then decode reduced + extract (counted, CPU seconds)."""
     ill, size = args
     data = _stored_jpeg(ill, size)
     t = time.process_time()
     f = extract(decode_reduced(data, STORED_SIDE))
-    return f.xy, f.desc, time.process_time() - t
+    return f.xy, f.desc, _shape(f), time.process_time() - t
+
+
+def _shape(f: Features) -> np.ndarray:
+    return f.shape if f.shape is not None else np.zeros((len(f.xy), 2), np.uint8)
+
+
+@lru_cache(maxsize=2)
+def _library(size: int) -> list[Illustration]:
+    return library(size)
+
+
+def _shard(args: tuple[int, int, str]) -> tuple[int, float, float]:
+    """Worker: generate (render + JPEG) and extract the illustrations of shard ``k`` of a library of ``size``, write
+    them to ``path`` (atomically: a killed run leaves no half shard); CPU seconds of each stage."""
+    size, k, path = args
+    gen = ext = 0.0
+    xy, desc, shape = [], [], []
+    for ill in _library(size)[k * SHARD : (k + 1) * SHARD]:
+        t0 = time.process_time()
+        data = _stored_jpeg(ill, size)
+        t1 = time.process_time()
+        f = extract(decode_reduced(data, STORED_SIDE))
+        gen, ext = gen + t1 - t0, ext + time.process_time() - t1
+        xy.append(f.xy.astype(np.float16))
+        desc.append(f.desc)
+        shape.append(_shape(f))
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as out:
+        np.savez(
+            out,
+            counts=np.array([len(a) for a in xy], np.int32),
+            xy=np.concatenate(xy),
+            desc=np.concatenate(desc),
+            shape=np.concatenate(shape),
+            cpu=np.array([gen, ext]),
+        )
+    os.replace(tmp, path)
+    return k, gen, ext
+
+
+def _read_shard(path: Path) -> dict[str, np.ndarray]:
+    with open(path, "rb") as f, np.load(f) as data:
+        return {name: data[name] for name in data.files}
+
+
+def _features(size: int, folder: Path, workers: int) -> tuple[list[Path], float, float, float]:
+    """Every shard of the library's features under ``folder``, made on ``workers`` processes where missing (a run
+    killed midway resumes at the shards it had not written); CPU seconds of generation and of extraction summed over
+    all shards (those of an earlier run included), and the wall time of this run's part."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{k:05d}.npz" for k in range((size + SHARD - 1) // SHARD)]
+    todo = [(size, k, str(p)) for k, p in enumerate(paths) if not p.exists()]
+    started = time.perf_counter()
+    if todo:
+        print(f"features: {len(paths) - len(todo)} of {len(paths)} shards cached, making {len(todo)}", flush=True)
+        with ProcessPoolExecutor(workers) as pool:
+            for done, _ in enumerate(pool.map(_shard, todo), 1):
+                if done % max(1, len(todo) // 10) == 0:
+                    print(f"  {done}/{len(todo)} shards, {time.perf_counter() - started:.0f}s", flush=True)
+    wall = time.perf_counter() - started
+    gen = ext = 0.0
+    for p in paths:
+        with open(p, "rb") as f, np.load(f) as data:
+            g, e = data["cpu"]
+        gen, ext = gen + float(g), ext + float(e)
+    return paths, gen, ext, wall
+
+
+def _degrade(args: tuple[Illustration, int, str]) -> Image.Image:
+    return degrade(*args)
 
 
 def _thumb(args: tuple[Illustration, int]) -> np.ndarray:
@@ -97,48 +182,62 @@ def _report(name: str, rows: dict[str, list[tuple[float, int, int, float, float]
     print(f"{'all':12} {a[:, 0].mean():9.3f} {a[:, 1].sum() / max(1, a[:, 2].sum()):15.3f} {p50:7.0f} {p95:7.0f}")
 
 
-def _build(lib: list[Illustration], size: int, args: argparse.Namespace) -> tuple[FeatureIndex, str]:
-    """Indexing as ``imagesvc index`` does it, timed: features on all workers, then the faiss index."""
+def _build(size: int, args: argparse.Namespace, folder: Path) -> tuple[FeatureIndex, str]:
+    """Indexing as ``imagesvc index`` does it, timed by stage: generation and features on all workers (resumable
+    shards under ``folder``), then the faiss index trained on a sample and filled shard by shard."""
     import faiss
 
-    # indexing: features on all workers, then the faiss index
     rss0 = _rss_mb()
-    started = time.perf_counter()
-    feats: list[Features] = []
-    cpu = 0.0
-    with ProcessPoolExecutor(args.workers) as pool:
-        for xy, desc, c in pool.map(_index_one, [(i, size) for i in lib], chunksize=32):
-            feats.append(Features(xy, desc, (0, 0)))
-            cpu += c
-    extract_wall = time.perf_counter() - started
-    total = sum(len(f.desc) for f in feats)
+    paths, gen_cpu, ext_cpu, ext_wall = _features(size, folder, args.workers)
+    total = 0
+    for p in paths:
+        with open(p, "rb") as f, np.load(f) as data:
+            total += int(data["counts"].sum())
     faiss.omp_set_num_threads(args.workers)
     t0, c0 = time.perf_counter(), time.process_time()
     train = None
-    if total > FLAT_UNTIL:
-        pick = np.random.default_rng(0).choice(len(feats), size=min(len(feats), 4000), replace=False)
-        train = np.concatenate([feats[int(n)].desc for n in pick])
-    index = build_index([feats], total, train)
-    build_wall, build_cpu = time.perf_counter() - t0, time.process_time() - c0
-    del feats
+    if total > FLAT_UNTIL:  # a sample of whole shards, spread over the library
+        want = feature_index._nlist(total) * feature_index.TRAIN_PER_LIST
+        step = max(1, total // want)  # every step-th shard holds about the sample
+        train = np.concatenate([_read_shard(p)["desc"] for p in paths[::step]])[:want]
+    train_wall, train_cpu = time.perf_counter() - t0, time.process_time() - c0
+
+    trained: list[float] = []  # when build_index asks for the first batch: its training is done
+
+    def batches() -> Iterator[list[Features]]:
+        trained.extend((time.perf_counter(), time.process_time()))
+        for p in paths:
+            d = _read_shard(p)
+            starts = np.concatenate([[0], np.cumsum(d["counts"])])
+            yield [
+                Features(d["xy"][a:b], d["desc"][a:b], (0, 0), d["shape"][a:b]) for a, b in itertools.pairwise(starts)
+            ]
+
+    t1, c1 = time.perf_counter(), time.process_time()
+    index = build_index(batches(), total, train)
+    add_wall, add_cpu = time.perf_counter() - trained[0], time.process_time() - trained[1]
+    train_wall, train_cpu = train_wall + trained[0] - t1, train_cpu + trained[1] - c1
     faiss.omp_set_num_threads(1)
     kind = type(index.index).__name__
     print(
-        f"indexing: extraction {cpu / size * 1000:.1f} ms CPU per illustration (decode reduced + ORB; wall "
-        f"{extract_wall:.0f}s), faiss {kind} build {build_cpu / size * 1000:.1f} ms CPU per illustration "
-        f"(wall {build_wall:.0f}s, {args.workers} threads); total {(cpu + build_cpu) / size * 1000:.1f} ms CPU per "
-        f"illustration"
+        f"indexing, CPU per illustration (wall of the stage): generate {gen_cpu / size * 1000:.1f} ms (render + JPEG, "
+        f"not part of indexing), extract {ext_cpu / size * 1000:.1f} ms (decode reduced + ORB), both on "
+        f"{args.workers} workers in {ext_wall:.0f}s; faiss {kind}: train {train_cpu / size * 1000:.1f} ms "
+        f"({train_wall:.0f}s), add {add_cpu / size * 1000:.1f} ms ({add_wall:.0f}s), on {args.workers} threads; "
+        f"indexing total {(ext_cpu + train_cpu + add_cpu) / size * 1000:.1f} ms"
     )
     print(
         f"index: {total:,} descriptors, {index.memory_bytes() / 2**20:.0f} MiB held "
         f"({index.memory_bytes() / size / 1024:.1f} KiB per illustration); process max RSS grew "
-        f"{_rss_mb() - rss0:.0f} MiB"
+        f"{_rss_mb() - rss0:.0f} MiB",
+        flush=True,
     )
     return index, kind
 
 
 def _cache_paths(cache: Path, size: int) -> tuple[Path, Path]:
-    return cache / f"features-{size}.faiss", cache / f"positions-{size}.npz"
+    """The built index of a library of ``size`` and its keypoints (v2: with each keypoint's shape)."""
+    return cache / f"index-v2-{size}.faiss", cache / f"keypoints-v2-{size}.npz"
 
 
 def _save_cache(cache: Path, size: int, index: FeatureIndex) -> None:
@@ -147,7 +246,7 @@ def _save_cache(cache: Path, size: int, index: FeatureIndex) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     codes, where = _cache_paths(cache, size)
     faiss.write_index_binary(index.index, str(codes))
-    np.savez(where, counts=np.array([len(a) for a in index.xy]), xy=np.concatenate(index.xy))
+    np.savez(where, counts=np.array([len(a) for a in index.xy]), xy=np.concatenate(index.xy), shape=index.shape)
 
 
 def _load_cache(cache: Path, size: int) -> FeatureIndex | None:
@@ -158,7 +257,7 @@ def _load_cache(cache: Path, size: int) -> FeatureIndex | None:
         return None
     stored = np.load(where)
     xy = np.split(stored["xy"], np.cumsum(stored["counts"])[:-1])
-    return FeatureIndex(faiss.read_index_binary(str(codes)), xy)
+    return FeatureIndex(faiss.read_index_binary(str(codes)), xy, shape=stored["shape"])
 
 
 def main() -> None:
@@ -178,12 +277,12 @@ def main() -> None:
     args = parser.parse_args()
 
     feature_index.K = args.neighbours
-    feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe,)  # built by build_index with the default
+    feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe, None)  # built by build_index with the default
     feature_index.CANDIDATES = args.candidates
     feature_index.FeatureIndex.candidates.__defaults__ = (None, args.candidates)
 
     size = args.size
-    lib = library(size)
+    lib = _library(size)  # before the workers fork: they inherit it
     blocks: dict[int, set[int]] = {}
     for ill in lib:
         blocks.setdefault(ill.block, set()).add(ill.number)
@@ -199,9 +298,12 @@ def main() -> None:
         kind = type(index.index).__name__
         print(f"index: loaded from {args.cache} (indexing figures: see the run that built it)")
     else:
-        index, kind = _build(lib, size, args)
+        with tempfile.TemporaryDirectory() as scratch:
+            index, kind = _build(size, args, (args.cache or Path(scratch)) / f"shards-{size}")
         if args.cache:
+            t = time.perf_counter()
             _save_cache(args.cache, size, index)
+            print(f"index: saved to {args.cache} in {time.perf_counter() - t:.0f}s", flush=True)
     if hasattr(index.index, "nprobe"):
         index.index.nprobe = args.nprobe
 
@@ -209,7 +311,12 @@ def main() -> None:
     queries = _query_set(lib, args.queries, 1)
     rows: dict[str, list[tuple[float, int, int, float, float]]] = {h: [] for h in DEGRADATIONS}
     recut_flagged = 0
-    pictures = {(q.number, how): degrade(q, size, how) for q in queries for how in DEGRADATIONS}
+    t = time.perf_counter()
+    wanted = [(q.number, how) for q in queries for how in DEGRADATIONS]
+    with ProcessPoolExecutor(args.workers) as pool:
+        made = pool.map(_degrade, [(lib[n], size, how) for n, how in wanted], chunksize=4)
+        pictures = dict(zip(wanted, made, strict=True))
+    print(f"queries: {len(pictures)} pictures made in {time.perf_counter() - t:.0f}s", flush=True)
     for (qn, how), picture in pictures.items():
         truth = blocks[lib[qn].block]
         recut = blocks.get(size + lib[qn].block, set())
@@ -232,8 +339,8 @@ def main() -> None:
         with ProcessPoolExecutor(args.workers) as pool:
             thumbs = [Image.fromarray(a) for a in pool.map(_thumb, [(lib[n], size) for n in members], chunksize=16)]
             subfeats = [
-                Features(xy, d, (0, 0))
-                for xy, d, _ in pool.map(_index_one, [(lib[n], size) for n in members], chunksize=16)
+                Features(xy, d, (0, 0), shape)
+                for xy, d, shape, _ in pool.map(_index_one, [(lib[n], size) for n in members], chunksize=16)
             ]
         sub_desc = sum(len(f.desc) for f in subfeats)
         sub_train = np.concatenate([f.desc for f in subfeats]) if sub_desc > FLAT_UNTIL else None
@@ -245,13 +352,20 @@ def main() -> None:
         hash_cpu = (time.process_time() - c0) / len(members)
         old_rows: dict[str, list[tuple[float, int, int, float, float]]] = {h: [] for h in DEGRADATIONS}
         new_rows: dict[str, list[tuple[float, int, int, float, float]]] = {h: [] for h in DEGRADATIONS}
+        # the brute force takes seconds a query: its queries run side by side on the workers (each on one core,
+        # timed in its process), the hashes and thumbnails inherited from this process when the pool forks
+        _REFERENCE.update(hashes=hashes, owner=owner, count=len(members), thumbs=thumbs, boxes=boxes, qboxes=qboxes)
+        t = time.perf_counter()
+        with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            cases = [(q.number, how) for q in sub_q for how in DEGRADATIONS]
+            old = dict(zip(cases, pool.map(_old_timed, [pictures[c] for c in cases]), strict=True))
+        print(f"reference: {len(cases)} brute-force queries in {time.perf_counter() - t:.0f}s", flush=True)
         for q in sub_q:
             truth = {at[n] for n in blocks[q.block]}
             for how in DEGRADATIONS:
                 picture = pictures[(q.number, how)]
-                t, c = time.perf_counter(), time.process_time()
-                found = _old_search(picture, hashes, owner, len(members), thumbs, boxes, qboxes)
-                old_rows[how].append((*_score(found, truth), time.perf_counter() - t, time.process_time() - c))
+                found, wall, cpu = old[(q.number, how)]
+                old_rows[how].append((*_score(found, truth), wall, cpu))
                 t, c = time.perf_counter(), time.process_time()
                 new = [
                     f.number for f in same_block(sub_index.candidates(extract(picture, QUERY_SIDE, QUERY_KEYPOINTS)))
@@ -264,6 +378,17 @@ def main() -> None:
         )
         _report("former pHash-window brute force + pixel verification (subset)", old_rows)
         _report("local features (same subset, same queries)", new_rows)
+
+
+_REFERENCE: dict[str, object] = {}  # the brute force's stored hashes, set before its pool forks
+
+
+def _old_timed(picture: Image.Image) -> tuple[list[int], float, float]:
+    """Worker: the former ``same_block`` on ``picture`` against ``_REFERENCE``, with its wall and CPU seconds."""
+    r = _REFERENCE
+    t, c = time.perf_counter(), time.process_time()
+    found = _old_search(picture, r["hashes"], r["owner"], r["count"], r["thumbs"], r["boxes"], r["qboxes"])  # type: ignore[arg-type]
+    return found, time.perf_counter() - t, time.process_time() - c
 
 
 def _old_search(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import logging
 import multiprocessing
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index
+from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index, chunks
 from imagesvc.search.features import STORED_KEYPOINTS, STORED_SIDE, Features, decode_reduced, extract
 
 __all__ = ["BlockIndex", "BlockIndexSummary", "load_blocks", "sync_blocks"]
@@ -37,7 +38,7 @@ log = logging.getLogger("imagesvc.search.blocks")
 FOLDER = "featureindex"
 BATCH = 256  # illustrations per features file
 TRAIN_SAMPLE = 400_000  # descriptors the inverted file's centroids are trained on
-PARAMS = f"orb-{STORED_SIDE}-{STORED_KEYPOINTS}-v1"
+PARAMS = f"orb-{STORED_SIDE}-{STORED_KEYPOINTS}-v2"  # v2: each keypoint's orientation and level kept
 SOURCE_TIERS = ("display", "thumb", "full")  # display (2,000 px) decoded by DCT scaling to about 1,000 px
 
 
@@ -92,10 +93,11 @@ def load_blocks(data_dir: Path) -> BlockIndex | None:
     with open(folder / f"index-{digest}.npz", "rb") as f, np.load(f, allow_pickle=False) as data:
         ids, content = data["ids"].tolist(), data["content"].tolist()
         counts, xy = data["counts"], data["xy"]
+        shape = data["shape"] if "shape" in data.files else None  # an index made before shapes were kept
     starts = np.concatenate([[0], np.cumsum(counts)])
     per = [xy[starts[n] : starts[n + 1]] for n in range(len(ids))]
     index = faiss.read_index_binary(str(folder / f"index-{digest}.faiss"))
-    return BlockIndex(ids, content, FeatureIndex(index, per), digest)
+    return BlockIndex(ids, content, FeatureIndex(index, per, shape=shape), digest)
 
 
 def current_digest(data_dir: Path) -> str | None:
@@ -105,10 +107,10 @@ def current_digest(data_dir: Path) -> str | None:
         return None
 
 
-def _extract_bytes(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+def _extract_bytes(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Worker: decode reduced and extract (top-level, so a spawned process can run it)."""
     f = extract(decode_reduced(data, STORED_SIDE))
-    return f.xy, f.desc
+    return f.xy, f.desc, f.shape if f.shape is not None else np.zeros((len(f.xy), 2), np.uint8)
 
 
 def _read_shards(folder: Path, wanted: set[str]) -> dict[str, tuple[str, int]]:
@@ -119,6 +121,8 @@ def _read_shards(folder: Path, wanted: set[str]) -> dict[str, tuple[str, int]]:
             # our own file object: np.load leaves a file it opened itself open when the archive is cut short
             with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:
                 keys = data["keys"].tolist()
+                if "shape" not in data.files:  # made before keypoint shapes were kept: extracted again
+                    continue
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:  # cut short by a killed run: made again
             log.warning("ignoring unreadable %s: %s", path, exc)
             continue
@@ -128,26 +132,27 @@ def _read_shards(folder: Path, wanted: set[str]) -> dict[str, tuple[str, int]]:
     return out
 
 
-def _write_shard(folder: Path, keys: list[str], feats: list[tuple[np.ndarray, np.ndarray]]) -> None:
+def _write_shard(folder: Path, keys: list[str], feats: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
     digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:20]
     tmp = folder / f".{digest}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         np.savez(
             f,
             keys=np.array(keys, dtype=str),
-            counts=np.array([len(x) for x, _ in feats], np.int32),
-            xy=np.concatenate([x for x, _ in feats]).astype(np.float32) if feats else np.zeros((0, 2), np.float32),
-            desc=np.concatenate([d for _, d in feats]) if feats else np.zeros((0, 32), np.uint8),
+            counts=np.array([len(x) for x, _, _ in feats], np.int32),
+            xy=np.concatenate([x for x, _, _ in feats]).astype(np.float32) if feats else np.zeros((0, 2), np.float32),
+            desc=np.concatenate([d for _, d, _ in feats]) if feats else np.zeros((0, 32), np.uint8),
+            shape=np.concatenate([s for _, _, s in feats]) if feats else np.zeros((0, 2), np.uint8),
         )
     os.replace(tmp, folder / f"{digest}.npz")
 
 
 def _load_shard(path: Path) -> tuple[list[str], list[Features]]:
     with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:
-        keys, counts, xy, desc = data["keys"].tolist(), data["counts"], data["xy"], data["desc"]
+        keys, counts, xy, desc, shape = (data[k] for k in ("keys", "counts", "xy", "desc", "shape"))
     starts = np.concatenate([[0], np.cumsum(counts)])
-    feats = [Features(xy[starts[n] : starts[n + 1]], desc[starts[n] : starts[n + 1]], (0, 0)) for n in range(len(keys))]
-    return keys, feats
+    feats = [Features(xy[a:b], desc[a:b], (0, 0), shape[a:b]) for a, b in itertools.pairwise(starts)]
+    return keys.tolist(), feats
 
 
 async def _read(store: Any, tiers: dict[str, dict[str, Any]]) -> bytes | None:
@@ -175,7 +180,7 @@ def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple
         rng = np.random.default_rng(0)
         pick = rng.choice(len(feats), size=min(len(feats), TRAIN_SAMPLE // 100 + 1), replace=False)
         train = np.concatenate([feats[int(n)].desc for n in pick])
-    index = build_index([feats], total, train)
+    index = build_index(chunks(feats, 4096), total, train)  # a batch at a time: no second copy of all codes
     del by_file
     faiss.write_index_binary(index.index, str(folder / f".index-{digest}.faiss.tmp"))
     os.replace(folder / f".index-{digest}.faiss.tmp", folder / f"index-{digest}.faiss")
@@ -187,6 +192,7 @@ def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple
             content=np.array(keys, dtype=str),
             counts=np.array([len(x) for x in index.xy], np.int32),
             xy=np.concatenate(index.xy) if index.xy else np.zeros((0, 2), np.float16),
+            shape=index.shape if index.shape is not None else np.zeros((0, 2), np.uint8),
         )
         f.flush()
         os.fsync(f.fileno())

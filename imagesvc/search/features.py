@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-__all__ = ["QUERY_SIDE", "STORED_SIDE", "Features", "decode_reduced", "extract", "grey_reduced"]
+__all__ = ["QUERY_SIDE", "STORED_SIDE", "Features", "decode_reduced", "empty", "extract", "grey_reduced"]
 
 STORED_SIDE = 800
 QUERY_SIDE = 800
@@ -30,6 +30,17 @@ class Features:
     xy: np.ndarray  # float32 (n, 2), pixels of the reduced picture
     desc: np.ndarray  # uint8 (n, 32)
     size: tuple[int, int]  # (width, height) of the reduced picture
+    shape: np.ndarray | None = None  # uint8 (n, 2): orientation (256ths of a turn) and pyramid level of each keypoint
+
+
+def _shape(kps: list) -> np.ndarray:
+    """Each keypoint's orientation in 256ths of a turn and the pyramid level it was found at: what a single pair of
+    keypoints says about the rotation and scale between two pictures (``feature_index``'s weak geometry)."""
+    return np.array([(round(k.angle * 256 / 360) % 256, k.octave & 0xFF) for k in kps], np.uint8).reshape(-1, 2)
+
+
+def empty(size: tuple[int, int]) -> Features:
+    return Features(np.zeros((0, 2), np.float32), np.zeros((0, 32), np.uint8), size, np.zeros((0, 2), np.uint8))
 
 
 def grey_reduced(image: Image.Image, side: int) -> np.ndarray:
@@ -89,11 +100,11 @@ def extract(image: Image.Image, side: int = STORED_SIDE, keypoints: int = STORED
     grey = grey_reduced(image, side)
     size = (grey.shape[1], grey.shape[0])
     if min(size) < MIN_SIDE:  # ORB's pyramid and patch need room: a sliver of a picture has no features
-        return Features(np.zeros((0, 2), np.float32), np.zeros((0, 32), np.uint8), size)
+        return empty(size)
     orb = _orb(keypoints * 4)
     kps = _spread(list(orb.detect(grey, None)), keypoints, size)  # type: ignore[attr-defined]
     kps, desc = orb.compute(grey, kps)  # type: ignore[attr-defined]
     if desc is None or not kps:
-        return Features(np.zeros((0, 2), np.float32), np.zeros((0, 32), np.uint8), size)
+        return empty(size)
     xy = np.array([k.pt for k in kps], np.float32)
-    return Features(xy, np.ascontiguousarray(desc, np.uint8), size)
+    return Features(xy, np.ascontiguousarray(desc, np.uint8), size, _shape(kps))

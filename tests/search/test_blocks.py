@@ -44,3 +44,30 @@ async def test_block_features_are_incremental_resumable_and_follow_removals(
     finally:
         catalog.close()
         await store.close()
+
+
+async def test_features_made_before_keypoint_shapes_are_extracted_again(
+    demo_library: dict[str, Any], tmp_path: Path
+) -> None:
+    """An index upgraded from one without each keypoint's orientation and level: its features files are made again
+    (the votes need the shapes), and the loaded index carries one shape per keypoint."""
+    import numpy as np
+
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+    try:
+        first, _ = await sync_blocks(data, catalog, store, full=True, workers=1)
+        for path in (data / "featureindex" / "features").glob("*.npz"):  # as an earlier version wrote them
+            with np.load(path) as old:
+                kept = {k: old[k] for k in old.files if k != "shape"}
+            with open(path, "wb") as f:
+                np.savez(f, **kept)
+        again, summary = await sync_blocks(data, catalog, store, workers=1)
+        assert summary.extracted == len(first.ids) and summary.kept == 0
+        loaded = load_blocks(data)
+        assert loaded is not None and loaded.features.shape is not None
+        assert len(loaded.features.shape) == loaded.features.descriptors == again.features.descriptors
+        assert int(loaded.features.shape[:, 1].max()) > 0  # pyramid levels, not a zero filler
+    finally:
+        catalog.close()
+        await store.close()
