@@ -73,6 +73,7 @@ class DenseText:
         self.error: str | None = None
         self._other: str | None = None  # with an index of another model on disk: that model's key
         self.closed = False  # set when the search state this belongs to is replaced: work in flight stops
+        self._lexicons_asked = False
 
     def _published(self) -> bool:
         """Whether the index comes from the catalog's published one (always with PostgreSQL)."""
@@ -154,7 +155,15 @@ class DenseText:
         if self._job is not None:
             self._job.cancel()
 
+    def _read_lexicons(self) -> None:
+        """Read the query lexicons once, in a worker thread beside the text index, whichever way the index comes
+        (embedded here or published): not in the first query in Latin letters (~1 s)."""
+        if not self._lexicons_asked and self.model is not None and self.model.glosses:
+            self._lexicons_asked = True
+            asyncio.get_running_loop().run_in_executor(None, glossary().load)
+
     async def _sync(self, stamp: Any) -> None:
+        self._read_lexicons()
         if self.follower is None and getattr(self.catalog, "dialect", "sqlite") == "postgres":
             self._stamp = stamp  # no store to fetch from, and a node never embeds a shared catalog's index itself
             return
@@ -169,8 +178,6 @@ class DenseText:
             return
         if not self.closed:
             self._state, self._stamp = state, stamp
-            if self.model is not None and self.model.glosses:  # the query lexicons, read now rather than at a query
-                asyncio.get_running_loop().run_in_executor(None, glossary().load)
 
     async def _follow(self) -> None:
         """Fetch and load the published index when the catalog names a new one; a refused one changes nothing."""
