@@ -8,6 +8,8 @@ Layout under ``DATA_DIR/featureindex/``:
   read or extracted again.
 - ``index-<digest>.faiss`` and ``index-<digest>.npz``: the searchable index and its illustration ids, keypoint
   positions and content hashes; ``<digest>`` is a hash of the ids, content hashes and parameters it was made from.
+- ``index-<digest>.desc.npy``: every stored descriptor again, in keypoint order (32 bytes each), memory-mapped by a
+  serving node: a query reads those of the few illustrations it verifies again or expands from.
 - ``current.json``: which index is current (replaced atomically; a reader sees the old index or the new one).
 """
 
@@ -38,7 +40,9 @@ log = logging.getLogger("imagesvc.search.blocks")
 FOLDER = "featureindex"
 BATCH = 256  # illustrations per features file
 TRAIN_SAMPLE = 400_000  # descriptors the inverted file's centroids are trained on
-PARAMS = f"orb-{STORED_SIDE}-{STORED_KEYPOINTS}-v2"  # v2: each keypoint's orientation and level kept
+# v2: each keypoint's orientation and level kept; v3: every descriptor also kept beside the index
+# (``index-<digest>.desc.npy``, memory-mapped) for guided matching and expansion (``FeatureIndex.search``)
+PARAMS = f"orb-{STORED_SIDE}-{STORED_KEYPOINTS}-v3"
 SOURCE_TIERS = ("display", "thumb", "full")  # display (2,000 px) decoded by DCT scaling to about 1,000 px
 
 
@@ -97,7 +101,10 @@ def load_blocks(data_dir: Path) -> BlockIndex | None:
     starts = np.concatenate([[0], np.cumsum(counts)])
     per = [xy[starts[n] : starts[n + 1]] for n in range(len(ids))]
     index = faiss.read_index_binary(str(folder / f"index-{digest}.faiss"))
-    return BlockIndex(ids, content, FeatureIndex(index, per, shape=shape), digest)
+    desc = None
+    if (folder / f"index-{digest}.desc.npy").exists():  # an index made before v3 has none: no expansion
+        desc = np.load(folder / f"index-{digest}.desc.npy", mmap_mode="r", allow_pickle=False)
+    return BlockIndex(ids, content, FeatureIndex(index, per, shape=shape, desc=desc), digest)
 
 
 def current_digest(data_dir: Path) -> str | None:
@@ -181,6 +188,17 @@ def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple
         pick = rng.choice(len(feats), size=min(len(feats), TRAIN_SAMPLE // 100 + 1), replace=False)
         train = np.concatenate([feats[int(n)].desc for n in pick])
     index = build_index(chunks(feats, 4096), total, train)  # a batch at a time: no second copy of all codes
+    tmp = folder / f".index-{digest}.desc.npy.tmp"
+    with open(tmp, "wb") as f:  # a batch at a time, as the index: never all descriptors in memory twice
+        header = {"descr": "|u1", "fortran_order": False, "shape": (total, 32)}
+        np.lib.format.write_array_header_1_0(f, header)
+        for batch in chunks(feats, 4096):
+            for one in batch:
+                f.write(np.ascontiguousarray(one.desc, np.uint8).tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / f"index-{digest}.desc.npy")
+    index.desc = np.load(folder / f"index-{digest}.desc.npy", mmap_mode="r", allow_pickle=False)
     del by_file
     faiss.write_index_binary(index.index, str(folder / f".index-{digest}.faiss.tmp"))
     os.replace(folder / f".index-{digest}.faiss.tmp", folder / f"index-{digest}.faiss")

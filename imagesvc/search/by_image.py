@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from imagesvc.search.block_index import BlockIndex, current_digest, load_blocks
-from imagesvc.search.feature_index import Candidate, same_block
+from imagesvc.search.feature_index import Candidate
 from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, extract
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
@@ -64,7 +64,7 @@ def match_picture(index: BlockIndex, image: Image.Image, live: set[str] | None =
     allowed = None
     if live is not None:
         allowed = np.fromiter((iid in live for iid in index.ids), bool, len(index.ids))
-    found: list[Candidate] = same_block(index.features.candidates(query, allowed))
+    found: list[Candidate] = index.features.search(query, allowed)
     return [
         BlockMatch(index.ids[c.number], c.inliers, c.pairs, round(min(1.0, c.inliers / CONFIDENT_INLIERS), 4))
         for c in found

@@ -47,6 +47,14 @@ RANSAC_PX = 8.0  # reprojection error allowed, pixels of the stored (reduced) il
 TIGHT_PX = 2.5  # ... and in the tight fit that decides same_block, pixels of the query (or of the stored, if finer)
 SAME_BLOCK_INLIERS = 12
 SAME_BLOCK_RATIO = 0.2
+EXPAND_FROM = 1  # best same_block illustrations whose own stored features are queried again (0: none)
+GUIDED_CANDIDATES = 20  # when none is same_block: the best candidates matched again, guided by their similarity
+GUIDED_PX = 8.0  # a stored keypoint pairs with query keypoints the similarity puts within this many stored pixels
+GUIDED_HAMMING = 80  # ... and whose descriptors differ by at most this many bits
+GUIDED_GRID = 8  # the query's cells (GUIDED_GRID x GUIDED_GRID) in which the tight fit's pairs are counted
+GUIDED_AGREE = 0.4  # of the pairs found by position, the fraction a printing's tight fit keeps (a recut's: ~0.3)
+GUIDED_PAIRS = 20  # a candidate found by guided pairs alone is the same block with this many in the tight fit ...
+GUIDED_CELLS = 12  # ... spread over at least this many of the query's cells (shared lines cover few)
 FLAT_UNTIL = 200_000  # descriptors (about 330 illustrations): an exact index below this, an inverted file above
 NPROBE = 8
 TRAIN_PER_LIST = 40  # training descriptors per inverted list (faiss asks for at least 39)
@@ -85,10 +93,17 @@ class FeatureIndex:
     """Searchable local features of ``count`` illustrations; ``xy[number]`` are the keypoints of one of them."""
 
     def __init__(
-        self, index: object, xy: list[np.ndarray], nprobe: int = NPROBE, shape: np.ndarray | None = None
+        self,
+        index: object,
+        xy: list[np.ndarray],
+        nprobe: int = NPROBE,
+        shape: np.ndarray | None = None,
+        desc: np.ndarray | None = None,
     ) -> None:
         """``shape``: every keypoint's orientation and pyramid level (``Features.shape``), illustration after
-        illustration (``None``: an index made without them; votes then ignore the pairs' rotation and scale)."""
+        illustration (``None``: an index made without them; votes then ignore the pairs' rotation and scale).
+        ``desc``: every keypoint's descriptor in the same order (usually memory-mapped from disk: read only for the
+        few illustrations a query expands from; ``None``: no expansion)."""
         import faiss
 
         faiss.omp_set_num_threads(1)  # one query, one core: the caller's pool bounds how many run at once
@@ -96,9 +111,12 @@ class FeatureIndex:
         self.xy = xy
         self.count = len(xy)
         self.shape = shape
+        self.desc = desc
         self._starts = np.concatenate([[0], np.cumsum([len(a) for a in xy])]).astype(np.int64)
         if shape is not None and len(shape) != self._starts[-1]:
             raise ValueError(f"{len(shape)} keypoint shapes for {self._starts[-1]} keypoints")
+        if desc is not None and len(desc) != self._starts[-1]:
+            raise ValueError(f"{len(desc)} descriptors for {self._starts[-1]} keypoints")
         if isinstance(index, faiss.IndexBinaryIVF):
             index.nprobe = nprobe
 
@@ -185,6 +203,89 @@ class FeatureIndex:
         out.sort(key=lambda c: (-c.inliers, -c.votes))
         return out
 
+    def features_of(self, number: int) -> Features:
+        """The stored features of illustration ``number`` (needs ``desc``), as a query of its own."""
+        if self.desc is None:
+            raise ValueError("this index keeps no descriptors beside it")
+        lo, hi = self._starts[number], self._starts[number + 1]
+        xy = self.xy[number].astype(np.float32)
+        size = (int(xy[:, 0].max()) + 1, int(xy[:, 1].max()) + 1) if len(xy) else (0, 0)
+        shape = self.shape[lo:hi] if self.shape is not None else None
+        return Features(xy, np.ascontiguousarray(self.desc[lo:hi]), size, shape)
+
+    def search(self, query: Features, allowed: np.ndarray | None = None) -> list[Candidate]:
+        """The illustrations printed from the query's block, most pairs first.
+
+        1. ``same_block`` of the query's candidates (pairs from the index's neighbours);
+        2. when none is, the best candidates matched again by position (``_guided``): a small crop;
+        3. *expansion*: the best of them, whole, as a query of its own (its stored features, ``desc``); the
+           illustrations it finds to be the same block are listed too when their pairs with the query (guided by
+           the transform through the seed) pass the rule of ``same_block`` and most of them agree (``GUIDED_AGREE``).
+           A third of each side holds a ninth of a printing's keypoints and often finds one printing of the block;
+           that printing, whole, finds the others as surely as a full scan would.
+
+        Without ``desc`` (an index made before it was kept), step 1 only."""
+        considered = self.candidates(query, allowed)
+        found = same_block(considered)
+        if self.desc is None:
+            return found
+        if not found:
+            found = self._guided(query, considered[:GUIDED_CANDIDATES])
+        if not found or EXPAND_FROM <= 0:
+            return found
+        seen = {c.number for c in found}
+        more: list[Candidate] = []
+        for seed in found[:EXPAND_FROM]:
+            if seed.transform is None:
+                continue
+            mask = np.ones(self.count, bool) if allowed is None else allowed.copy()
+            mask[seed.number] = False
+            for c in same_block(self.candidates(self.features_of(seed.number), mask)):
+                if c.number in seen or c.transform is None:
+                    continue
+                seen.add(c.number)
+                through = _compose(c.transform, seed.transform)  # query -> seed -> this one
+                proposed, tight, cells = _guided_fit(query, self.features_of(c.number), through)
+                more.append(Candidate(c.number, tight, proposed, c.votes, c.loose, cells, through))
+        if not more:
+            return found
+        # held to the query as the query's own are, on the same footing (the seed's pairs found by position too): a
+        # recut found by the seed agrees with the query piecewise only, in few of its pairs and far fewer than the seed
+        seed = found[0]
+        best = max(c.inliers for c in found + more)
+        if seed.transform is not None:
+            best = max(best, _guided_fit(query, self.features_of(seed.number), seed.transform)[1])
+        found += [
+            c
+            for c in more
+            if c.inliers >= SAME_BLOCK_INLIERS
+            and c.inliers >= SAME_BLOCK_RATIO * best
+            and c.inliers >= GUIDED_AGREE * c.pairs
+        ]
+        found.sort(key=lambda c: -c.inliers)  # stable: the query's own order among equals
+        return found
+
+    def _guided(self, query: Features, considered: list[Candidate]) -> list[Candidate]:
+        """The best of ``considered`` matched again against its own stored keypoints where its similarity puts
+        the query (guided matching: every stored keypoint in the query's footprint, not only the few that came
+        back among the index's neighbours), as a list of one when it is the same block, else empty.
+
+        A third of each side of a printing holds ~70 of its stored keypoints, about half of which pair with the
+        query, but only a quarter of those pairs come back from the index (generic strokes crowd them out); here
+        they are found by position. A block of the same subject agrees along the shared frame and outline only, so
+        its pairs fill few of the query's cells, while a printing's fill most of them."""
+        best: tuple[int, int, int, Candidate] | None = None
+        for c in considered:
+            if c.transform is None:
+                continue
+            proposed, pairs, cells = _guided_fit(query, self.features_of(c.number), c.transform)
+            if pairs >= GUIDED_PAIRS and cells >= GUIDED_CELLS and (best is None or (cells, pairs) > best[:2]):
+                best = (cells, pairs, proposed, c)
+        if best is None:
+            return []
+        cells, pairs, proposed, c = best
+        return [Candidate(c.number, pairs, proposed, c.votes, c.loose, cells, c.transform)]
+
     def _shape_at(self, own: np.ndarray, kp: np.ndarray) -> np.ndarray | None:
         if self.shape is None:
             return None
@@ -236,6 +337,53 @@ def _ransac(src: np.ndarray, dst: np.ndarray, size: tuple[int, int]) -> tuple[in
     return distinct, len(cells), m
 
 
+_POPCOUNT = np.array([bin(b).count("1") for b in range(256)], np.uint8)
+
+
+def _compose(second: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The 2x3 transform that applies ``first`` then ``second``."""
+    return second[:, :2] @ first + np.hstack([np.zeros((2, 2)), second[:, 2:]])
+
+
+def _guided_fit(query: Features, stored: Features, transform: np.ndarray) -> tuple[int, int, int]:
+    """Pairs of ``query`` and ``stored`` keypoints that ``transform`` (query -> stored) puts within ``GUIDED_PX``
+    of each other with descriptors within ``GUIDED_HAMMING`` bits (one per keypoint on each side, the closest);
+    how many of them lie within ``TIGHT_PX`` of one homography, and in how many of the query's ``GUIDED_GRID``²
+    cells those fall."""
+    import cv2
+
+    try:
+        back = np.linalg.inv(np.vstack([transform, [0.0, 0.0, 1.0]]))[:2]
+    except np.linalg.LinAlgError:
+        return 0, 0, 0
+    s = stored.xy.astype(np.float32)
+    w, h = query.size
+    sq = s @ back[:, :2].T + back[:, 2]  # stored keypoints in query pixels: those inside the query's footprint
+    foot = np.nonzero((sq[:, 0] >= 0) & (sq[:, 0] < w) & (sq[:, 1] >= 0) & (sq[:, 1] < h))[0]
+    qs = query.xy @ transform[:, :2].T + transform[:, 2]  # query keypoints in stored pixels
+    si, qi = np.nonzero(((s[foot, None, :] - qs[None, :, :]) ** 2).sum(-1) <= GUIDED_PX**2)
+    ham = _POPCOUNT[np.bitwise_xor(stored.desc[foot[si]], query.desc[qi])].sum(1, dtype=np.int32)
+    ok = ham <= GUIDED_HAMMING
+    si, qi, ham = si[ok], qi[ok], ham[ok]
+    for by_stored in (True, False):  # the closest pair of each stored keypoint, then of each query keypoint
+        side = si if by_stored else qi
+        order = np.lexsort((ham, side))
+        _, once = np.unique(side[order], return_index=True)
+        si, qi, ham = si[order[once]], qi[order[once]], ham[order[once]]
+    if len(si) < MIN_PAIRS:
+        return len(si), 0, 0
+    src, dst = query.xy[qi].astype(np.float32), s[foot[si]]
+    scale = float(np.hypot(transform[0, 0], transform[1, 0]))
+    hom, mask = cv2.findHomography(src, dst, cv2.RANSAC, TIGHT_PX * max(1.0, scale), maxIters=2000, confidence=0.995)
+    if hom is None or mask is None:
+        return len(si), 0, 0
+    inside = src[mask.ravel().astype(bool)]
+    g = GUIDED_GRID
+    cx = np.minimum(g - 1, (inside[:, 0] * g / max(1, w)).astype(int))
+    cy = np.minimum(g - 1, (inside[:, 1] * g / max(1, h)).astype(int))
+    return len(si), len(inside), len(np.unique(cy * g + cx))
+
+
 def _tight(src: np.ndarray, dst: np.ndarray, px: float) -> int:
     """Pairs within ``px`` stored pixels of one homography (a photo's perspective included), each keypoint counted
     once.
@@ -252,10 +400,14 @@ def _tight(src: np.ndarray, dst: np.ndarray, px: float) -> int:
 
 
 def build_index(
-    batches: Iterable[list[Features]], total_descriptors: int, train: np.ndarray | None = None
+    batches: Iterable[list[Features]],
+    total_descriptors: int,
+    train: np.ndarray | None = None,
+    keep_desc: bool = False,
 ) -> FeatureIndex:
     """A ``FeatureIndex`` of the features in ``batches`` (numbered in order); ``train``: a sample of descriptors for
-    the inverted file's centroids (needed above ``FLAT_UNTIL`` descriptors)."""
+    the inverted file's centroids (needed above ``FLAT_UNTIL`` descriptors). ``keep_desc``: the descriptors also
+    kept beside it, in memory (a small library; a large one maps them from disk, ``block_index``)."""
     import faiss
 
     if total_descriptors <= FLAT_UNTIL:
@@ -272,6 +424,7 @@ def build_index(
         quantizer.this.disown()
     xy: list[np.ndarray] = []
     shapes: list[np.ndarray] = []
+    kept: list[np.ndarray] = []
     for batch in batches:
         codes, ids = [], []
         for f in batch:
@@ -280,10 +433,13 @@ def build_index(
             shapes.append(f.shape if f.shape is not None else np.zeros((len(f.xy), 2), np.uint8))
             codes.append(f.desc)
             ids.append(_ids(n, len(f.desc)))
+            if keep_desc:
+                kept.append(f.desc)
         if codes and sum(len(c) for c in codes):  # one call a batch: faiss assigns its lists on all threads at once
             index.add_with_ids(np.concatenate(codes), np.concatenate(ids))  # type: ignore[attr-defined]
     shape = np.concatenate(shapes) if shapes else np.zeros((0, 2), np.uint8)
-    return FeatureIndex(index, xy, shape=shape)
+    desc = (np.concatenate(kept) if kept else np.zeros((0, 32), np.uint8)) if keep_desc else None
+    return FeatureIndex(index, xy, shape=shape, desc=desc)
 
 
 def chunks(items: list[Features], size: int) -> Iterator[list[Features]]:

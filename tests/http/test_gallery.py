@@ -361,11 +361,6 @@ async def test_an_uploaded_crop_of_a_woodcut_finds_every_book_that_prints_it(
     assert body["search"]["signals"] == ["block-hashes"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a third of each side is not found yet: its few true keypoint pairs are outnumbered by look-alikes (here "
-    "rows of bricks; docs/benchmarks.md, 'Small crops'); strict, so this fails once it is fixed",
-)
 async def test_a_third_of_each_side_of_a_woodcut_finds_every_book_that_prints_it(
     text_client: TestClient, demo_library: dict[str, Any]
 ) -> None:

@@ -71,3 +71,38 @@ async def test_features_made_before_keypoint_shapes_are_extracted_again(
     finally:
         catalog.close()
         await store.close()
+
+
+async def test_an_index_made_before_descriptors_were_kept_beside_it_is_rebuilt_without_extracting_again(
+    demo_library: dict[str, Any], tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Format v3 keeps every descriptor beside the index (memory-mapped, for guided matching and expansion): an
+    index made by v2 still loads and answers (without them), and the next ``imagesvc index`` makes a v3 index from
+    the features files already there, extracting nothing again."""
+    import numpy as np
+
+    from imagesvc.search import block_index
+    from imagesvc.search.by_image import match_picture
+    from imagesvc.search.features import decode_reduced
+
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+    try:
+        monkeypatch.setattr(block_index, "PARAMS", block_index.PARAMS.replace("-v3", "-v2"))
+        old, _ = await sync_blocks(data, catalog, store, full=True, workers=1)
+        (data / "featureindex" / f"index-{old.digest}.desc.npy").unlink()  # as v2 wrote it
+        loaded = load_blocks(data)
+        assert loaded is not None and loaded.features.desc is None
+        tiers = catalog.renditions([loaded.ids[0]])[loaded.ids[0]]
+        picture = decode_reduced((await store.get(tiers["display"]["clean_key"])).data, 1200)
+        assert [m.id for m in match_picture(loaded, picture)][:1] == [loaded.ids[0]]
+        monkeypatch.undo()
+        new, summary = await sync_blocks(data, catalog, store, workers=1)
+        assert new.digest != old.digest and summary.extracted == 0 and summary.kept == len(old.ids)
+        loaded = load_blocks(data)
+        assert loaded is not None and isinstance(loaded.features.desc, np.memmap)
+        assert loaded.features.desc.shape == (loaded.features.descriptors, 32)
+        assert not (data / "featureindex" / f"index-{old.digest}.faiss").exists()
+    finally:
+        catalog.close()
+        await store.close()

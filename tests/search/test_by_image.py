@@ -29,7 +29,7 @@ def _stored(ill: Illustration) -> Image.Image:
 def woodcuts() -> tuple[list[Illustration], BlockIndex]:
     lib = library(SIZE)
     feats = [extract(_stored(ill)) for ill in lib]
-    index = build_index([feats], sum(len(f.desc) for f in feats))
+    index = build_index([feats], sum(len(f.desc) for f in feats), keep_desc=True)
     ids = [str(ill.number) for ill in lib]
     return lib, BlockIndex(ids, ids, index, "test")
 
