@@ -3,7 +3,7 @@ index memory and indexing CPU per illustration, over a generated library of wood
 (``fixtures/woodcuts.py``), beside the former pHash-window brute force on a subset measured in the same run.
 
 Usage: python3 benchmarks/image_search.py [--size 20000] [--queries 30] [--reference 600] [--workers N]
-       [--neighbours 0] [--nprobe 8] [--candidates 400] [--cache DIR]
+       [--neighbours 0] [--nprobe 8] [--candidates 400] [--guided 20] [--expand 1] [--cache DIR]
 
 Needs numpy, Pillow, opencv-python-headless and faiss-cpu only (nothing of the service's serving stack), so it runs
 on a bare many-core machine. Stages, each timed (CPU per illustration and wall):
@@ -15,8 +15,9 @@ on a bare many-core machine. Stages, each timed (CPU per illustration and wall):
 - *train* (the inverted file's centroids, on a sample of shards) and *add* (every shard), faiss on ``--workers``
   threads; the built index is saved under ``DIR`` and a later run with the same ``--size`` only queries.
 - *queries*: the degraded pictures made on the workers, then each query run on one core (faiss held to one thread),
-  as a serving node runs each; latency is wall time of extraction + search + verification, with CPU time beside it
-  (on a shared machine CPU time is the steadier figure).
+  as a serving node runs each (``FeatureIndex.search``: candidates, guided matching, expansion); latency is wall time
+  of extraction + search + verification, with CPU time beside it (on a shared machine CPU time is the steadier
+  figure). ``--guided 0 --expand 0`` measures the method without its guided matching and expansion (format v2's).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import phash_reference as ref
 from fixtures.woodcuts import DEGRADATIONS, Illustration, degrade, library, render
 from imagesvc.search import feature_index
-from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index, same_block
+from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index
 from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, STORED_SIDE, Features, decode_reduced, extract
 
 __all__ = ["main"]
@@ -215,6 +216,7 @@ def _build(size: int, args: argparse.Namespace, folder: Path) -> tuple[FeatureIn
 
     t1, c1 = time.perf_counter(), time.process_time()
     index = build_index(batches(), total, train)
+    index.desc = _write_descriptors(paths, folder.parent / f".descriptors-{size}.npy", total)
     add_wall, add_cpu = time.perf_counter() - trained[0], time.process_time() - trained[1]
     train_wall, train_cpu = train_wall + trained[0] - t1, train_cpu + trained[1] - c1
     faiss.omp_set_num_threads(1)
@@ -228,36 +230,56 @@ def _build(size: int, args: argparse.Namespace, folder: Path) -> tuple[FeatureIn
     )
     print(
         f"index: {total:,} descriptors, {index.memory_bytes() / 2**20:.0f} MiB held "
-        f"({index.memory_bytes() / size / 1024:.1f} KiB per illustration); process max RSS grew "
-        f"{_rss_mb() - rss0:.0f} MiB",
+        f"({index.memory_bytes() / size / 1024:.1f} KiB per illustration); descriptors kept beside it "
+        f"{total * 32 / 2**20:.0f} MiB on disk, memory-mapped; process max RSS grew {_rss_mb() - rss0:.0f} MiB",
         flush=True,
     )
     return index, kind
 
 
-def _cache_paths(cache: Path, size: int) -> tuple[Path, Path]:
-    """The built index of a library of ``size`` and its keypoints (v2: with each keypoint's shape)."""
-    return cache / f"index-v2-{size}.faiss", cache / f"keypoints-v2-{size}.npz"
+def _write_descriptors(paths: list[Path], target: Path, total: int) -> np.ndarray:
+    """Every stored descriptor, shard after shard, into one ``.npy`` file, memory-mapped back (as ``imagesvc index``
+    keeps them beside the index: never all in memory at once)."""
+    tmp = target.with_suffix(".tmp")
+    with open(tmp, "wb") as out:
+        np.lib.format.write_array_header_1_0(out, {"descr": "|u1", "fortran_order": False, "shape": (total, 32)})
+        for p in paths:
+            with open(p, "rb") as f, np.load(f) as data:
+                out.write(np.ascontiguousarray(data["desc"], np.uint8).tobytes())
+    os.replace(tmp, target)
+    return np.load(target, mmap_mode="r")
+
+
+def _cache_paths(cache: Path, size: int) -> tuple[Path, Path, Path]:
+    """The built index of a library of ``size``, its keypoints (with each keypoint's shape) and its descriptors kept
+    beside it (v3)."""
+    return cache / f"index-v3-{size}.faiss", cache / f"keypoints-v3-{size}.npz", cache / f"descriptors-v3-{size}.npy"
 
 
 def _save_cache(cache: Path, size: int, index: FeatureIndex) -> None:
     import faiss
 
     cache.mkdir(parents=True, exist_ok=True)
-    codes, where = _cache_paths(cache, size)
+    codes, where, desc = _cache_paths(cache, size)
     faiss.write_index_binary(index.index, str(codes))
     np.savez(where, counts=np.array([len(a) for a in index.xy]), xy=np.concatenate(index.xy), shape=index.shape)
+    if isinstance(index.desc, np.memmap) and Path(str(index.desc.filename)).parent == cache:
+        os.replace(str(index.desc.filename), desc)  # written there by _build: renamed, the mapping stays valid
+    elif index.desc is not None:
+        np.save(desc, index.desc)
 
 
 def _load_cache(cache: Path, size: int) -> FeatureIndex | None:
     import faiss
 
-    codes, where = _cache_paths(cache, size)
-    if not (codes.exists() and where.exists()):
+    codes, where, desc = _cache_paths(cache, size)
+    if not (codes.exists() and where.exists() and desc.exists()):
         return None
     stored = np.load(where)
     xy = np.split(stored["xy"], np.cumsum(stored["counts"])[:-1])
-    return FeatureIndex(faiss.read_index_binary(str(codes)), xy, shape=stored["shape"])
+    return FeatureIndex(
+        faiss.read_index_binary(str(codes)), xy, shape=stored["shape"], desc=np.load(desc, mmap_mode="r")
+    )
 
 
 def main() -> None:
@@ -272,14 +294,20 @@ def main() -> None:
     parser.add_argument("--nprobe", type=int, default=feature_index.NPROBE, help="inverted lists probed")
     parser.add_argument("--candidates", type=int, default=feature_index.CANDIDATES, help="verified per query")
     parser.add_argument(
+        "--guided", type=int, default=feature_index.GUIDED_CANDIDATES, help="matched again by position (0: none)"
+    )
+    parser.add_argument("--expand", type=int, default=feature_index.EXPAND_FROM, help="expanded from (0: none)")
+    parser.add_argument(
         "--cache", type=Path, help="keep the extracted features and the built index here, reused by a later run"
     )
     args = parser.parse_args()
 
     feature_index.K = args.neighbours
-    feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe, None)  # built by build_index with the default
+    feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe, None, None)  # build_index uses the default
     feature_index.CANDIDATES = args.candidates
     feature_index.FeatureIndex.candidates.__defaults__ = (None, args.candidates)
+    feature_index.GUIDED_CANDIDATES = args.guided
+    feature_index.EXPAND_FROM = args.expand
 
     size = args.size
     lib = _library(size)  # before the workers fork: they inherit it
@@ -289,7 +317,8 @@ def main() -> None:
     print(
         f"library: {size} illustrations, {sum(i.kind == 'printing' for i in lib)} printings of "
         f"{len({i.block for i in lib if i.kind == 'printing'})} reused blocks, {sum(i.kind == 'recut' for i in lib)} "
-        f"recuts; {args.workers} workers; machine load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        f"recuts; {args.workers} workers; machine load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
+        f"guided {args.guided}, expand {args.expand}"
     )
 
     cached = _load_cache(args.cache, size) if args.cache else None
@@ -321,7 +350,7 @@ def main() -> None:
         truth = blocks[lib[qn].block]
         recut = blocks.get(size + lib[qn].block, set())
         t, c = time.perf_counter(), time.process_time()
-        found = same_block(index.candidates(extract(picture, QUERY_SIDE, QUERY_KEYPOINTS)))
+        found = index.search(extract(picture, QUERY_SIDE, QUERY_KEYPOINTS))
         wall, qcpu = time.perf_counter() - t, time.process_time() - c
         numbers = [f.number for f in found]
         recut_flagged += len(recut & set(numbers))
@@ -344,7 +373,7 @@ def main() -> None:
             ]
         sub_desc = sum(len(f.desc) for f in subfeats)
         sub_train = np.concatenate([f.desc for f in subfeats]) if sub_desc > FLAT_UNTIL else None
-        sub_index = build_index([subfeats], sub_desc, sub_train)
+        sub_index = build_index([subfeats], sub_desc, sub_train, keep_desc=True)
         c0 = time.process_time()
         boxes, qboxes = ref.stored_boxes(), ref.query_boxes()
         hashes = np.concatenate([ref.window_hashes(t, boxes) for t in thumbs])
@@ -367,9 +396,7 @@ def main() -> None:
                 found, wall, cpu = old[(q.number, how)]
                 old_rows[how].append((*_score(found, truth), wall, cpu))
                 t, c = time.perf_counter(), time.process_time()
-                new = [
-                    f.number for f in same_block(sub_index.candidates(extract(picture, QUERY_SIDE, QUERY_KEYPOINTS)))
-                ]
+                new = [f.number for f in sub_index.search(extract(picture, QUERY_SIDE, QUERY_KEYPOINTS))]
                 new_rows[how].append((*_score(new, truth), time.perf_counter() - t, time.process_time() - c))
         print(f"\nreference subset: {len(members)} illustrations, {len(sub_q)} queries per degradation")
         print(

@@ -16,6 +16,11 @@ query-to-stored keypoint pairs, and the pairs that agree with it (inliers) are c
 lines up everywhere; a copy recut by another hand or a picture of the same subject lines up only piecewise, so few pairs
 agree. ``same_block`` needs ``SAME_BLOCK_INLIERS`` pairs within ``TIGHT_PX`` of one homography (``_tight``) and a
 fraction ``SAME_BLOCK_RATIO`` of the best candidate's.
+
+``FeatureIndex.search`` (what a query runs) adds two steps that read each stored illustration's own descriptors,
+kept beside the index (``desc``, memory-mapped): *guided matching* when no candidate is the same block (a small
+crop: pairs made by position through each best candidate's similarity, ``_guided``), and *expansion* (the best
+illustration found, whole, queried again: it finds the block's other printings as a full scan would).
 """
 
 from __future__ import annotations
@@ -48,13 +53,16 @@ TIGHT_PX = 2.5  # ... and in the tight fit that decides same_block, pixels of th
 SAME_BLOCK_INLIERS = 12
 SAME_BLOCK_RATIO = 0.2
 EXPAND_FROM = 1  # best same_block illustrations whose own stored features are queried again (0: none)
+EXPAND_CANDIDATES = 50  # verified for such a query: a whole printing's own are at the top (400 cost 30% more)
 GUIDED_CANDIDATES = 20  # when none is same_block: the best candidates matched again, guided by their similarity
 GUIDED_PX = 8.0  # a stored keypoint pairs with query keypoints the similarity puts within this many stored pixels
 GUIDED_HAMMING = 80  # ... and whose descriptors differ by at most this many bits
+GUIDED_ROUNDS = 2  # of guided matching: by the similarity, then by the homography fitted to its pairs
 GUIDED_GRID = 8  # the query's cells (GUIDED_GRID x GUIDED_GRID) in which the tight fit's pairs are counted
 GUIDED_AGREE = 0.4  # of the pairs found by position, the fraction a printing's tight fit keeps (a recut's: ~0.3)
 GUIDED_PAIRS = 20  # a candidate found by guided pairs alone is the same block with this many in the tight fit ...
 GUIDED_CELLS = 12  # ... spread over at least this many of the query's cells (shared lines cover few)
+GUIDED_STRETCH = 1.05  # ... and a fit nearly a similarity (a block of the same subject at another aspect is not)
 FLAT_UNTIL = 200_000  # descriptors (about 330 illustrations): an exact index below this, an inverted file above
 NPROBE = 8
 TRAIN_PER_LIST = 40  # training descriptors per inverted list (faiss asks for at least 39)
@@ -240,12 +248,12 @@ class FeatureIndex:
                 continue
             mask = np.ones(self.count, bool) if allowed is None else allowed.copy()
             mask[seed.number] = False
-            for c in same_block(self.candidates(self.features_of(seed.number), mask)):
+            for c in same_block(self.candidates(self.features_of(seed.number), mask, EXPAND_CANDIDATES)):
                 if c.number in seen or c.transform is None:
                     continue
                 seen.add(c.number)
                 through = _compose(c.transform, seed.transform)  # query -> seed -> this one
-                proposed, tight, cells = _guided_fit(query, self.features_of(c.number), through)
+                proposed, tight, cells, _ = _guided_fit(query, self.features_of(c.number), through)
                 more.append(Candidate(c.number, tight, proposed, c.votes, c.loose, cells, through))
         if not more:
             return found
@@ -278,8 +286,13 @@ class FeatureIndex:
         for c in considered:
             if c.transform is None:
                 continue
-            proposed, pairs, cells = _guided_fit(query, self.features_of(c.number), c.transform)
-            if pairs >= GUIDED_PAIRS and cells >= GUIDED_CELLS and (best is None or (cells, pairs) > best[:2]):
+            proposed, pairs, cells, stretch = _guided_fit(query, self.features_of(c.number), c.transform)
+            if (
+                pairs >= GUIDED_PAIRS
+                and cells >= GUIDED_CELLS
+                and stretch <= GUIDED_STRETCH
+                and (best is None or (cells, pairs) > best[:2])
+            ):
                 best = (cells, pairs, proposed, c)
         if best is None:
             return []
@@ -345,43 +358,80 @@ def _compose(second: np.ndarray, first: np.ndarray) -> np.ndarray:
     return second[:, :2] @ first + np.hstack([np.zeros((2, 2)), second[:, 2:]])
 
 
-def _guided_fit(query: Features, stored: Features, transform: np.ndarray) -> tuple[int, int, int]:
-    """Pairs of ``query`` and ``stored`` keypoints that ``transform`` (query -> stored) puts within ``GUIDED_PX``
-    of each other with descriptors within ``GUIDED_HAMMING`` bits (one per keypoint on each side, the closest);
-    how many of them lie within ``TIGHT_PX`` of one homography, and in how many of the query's ``GUIDED_GRID``²
-    cells those fall."""
+def _guided_fit(query: Features, stored: Features, transform: np.ndarray) -> tuple[int, int, int, float]:
+    """Pairs of ``query`` and ``stored`` keypoints that ``transform`` (query -> stored, 2x3) puts within
+    ``GUIDED_PX`` of each other with descriptors within ``GUIDED_HAMMING`` bits (one per keypoint on each side, the
+    closest); how many of them lie within ``TIGHT_PX`` of one homography, and in how many of the query's
+    ``GUIDED_GRID``² cells those fall, and how far the homography is from a similarity at the query's centre (the
+    ratio of its stretch along two directions; 1.0: none). The homography then guides a second round (a similarity
+    from a handful of pairs is a little off far from them), and the better round is kept."""
+    scale = float(np.hypot(transform[0, 0], transform[1, 0]))
+    best: tuple[int, int, int, float] = (0, 0, 0, math.inf)
+    m = np.vstack([transform, [0.0, 0.0, 1.0]])
+    for _ in range(GUIDED_ROUNDS):
+        si, qi = _guided_pairs(query, stored, m)
+        if len(si) < 8:
+            return best if best[1] else (len(si), 0, 0, math.inf)
+        src, dst = query.xy[qi].astype(np.float32), stored.xy[si].astype(np.float32)
+        hom, mask = _homography(src, dst, TIGHT_PX * max(1.0, scale))
+        if hom is None:
+            return best
+        inside = src[mask]
+        g = GUIDED_GRID
+        w, h = query.size
+        cx = np.minimum(g - 1, (inside[:, 0] * g / max(1, w)).astype(int))
+        cy = np.minimum(g - 1, (inside[:, 1] * g / max(1, h)).astype(int))
+        found = (len(si), len(inside), len(np.unique(cy * g + cx)), _stretch(hom, w / 2, h / 2))
+        if found[1] <= best[1]:
+            break
+        best, m = found, hom
+    return best
+
+
+def _stretch(hom: np.ndarray, x: float, y: float) -> float:
+    """How much more ``hom`` stretches one direction than another at ``(x, y)`` (1.0 for a similarity)."""
+    at = _project(hom, np.array([[x, y], [x + 1, y], [x, y + 1]], np.float32))
+    sv = np.linalg.svd(np.stack([at[1] - at[0], at[2] - at[0]], 1), compute_uv=False)
+    return float(sv[0] / sv[1]) if sv[1] > 1e-9 else math.inf
+
+
+def _homography(src: np.ndarray, dst: np.ndarray, px: float) -> tuple[np.ndarray | None, np.ndarray]:
     import cv2
 
-    try:
-        back = np.linalg.inv(np.vstack([transform, [0.0, 0.0, 1.0]]))[:2]
-    except np.linalg.LinAlgError:
-        return 0, 0, 0
+    hom, mask = cv2.findHomography(src, dst, cv2.RANSAC, px, maxIters=2000, confidence=0.995)
+    if hom is None or mask is None or abs(np.linalg.det(hom)) < 1e-12:
+        return None, np.zeros(len(src), bool)
+    return hom, mask.ravel().astype(bool)
+
+
+def _guided_pairs(query: Features, stored: Features, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stored and query keypoint numbers paired by position through ``m`` (3x3, query -> stored pixels)."""
     s = stored.xy.astype(np.float32)
     w, h = query.size
-    sq = s @ back[:, :2].T + back[:, 2]  # stored keypoints in query pixels: those inside the query's footprint
+    try:
+        back = np.linalg.inv(m)
+    except np.linalg.LinAlgError:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    sq = _project(back, s)  # stored keypoints in query pixels: those inside the query's footprint
     foot = np.nonzero((sq[:, 0] >= 0) & (sq[:, 0] < w) & (sq[:, 1] >= 0) & (sq[:, 1] < h))[0]
-    qs = query.xy @ transform[:, :2].T + transform[:, 2]  # query keypoints in stored pixels
+    qs = _project(m, query.xy.astype(np.float32))  # query keypoints in stored pixels
     si, qi = np.nonzero(((s[foot, None, :] - qs[None, :, :]) ** 2).sum(-1) <= GUIDED_PX**2)
     ham = _POPCOUNT[np.bitwise_xor(stored.desc[foot[si]], query.desc[qi])].sum(1, dtype=np.int32)
     ok = ham <= GUIDED_HAMMING
-    si, qi, ham = si[ok], qi[ok], ham[ok]
+    si, qi, ham = foot[si[ok]], qi[ok], ham[ok]
     for by_stored in (True, False):  # the closest pair of each stored keypoint, then of each query keypoint
         side = si if by_stored else qi
         order = np.lexsort((ham, side))
         _, once = np.unique(side[order], return_index=True)
         si, qi, ham = si[order[once]], qi[order[once]], ham[order[once]]
-    if len(si) < MIN_PAIRS:
-        return len(si), 0, 0
-    src, dst = query.xy[qi].astype(np.float32), s[foot[si]]
-    scale = float(np.hypot(transform[0, 0], transform[1, 0]))
-    hom, mask = cv2.findHomography(src, dst, cv2.RANSAC, TIGHT_PX * max(1.0, scale), maxIters=2000, confidence=0.995)
-    if hom is None or mask is None:
-        return len(si), 0, 0
-    inside = src[mask.ravel().astype(bool)]
-    g = GUIDED_GRID
-    cx = np.minimum(g - 1, (inside[:, 0] * g / max(1, w)).astype(int))
-    cy = np.minimum(g - 1, (inside[:, 1] * g / max(1, h)).astype(int))
-    return len(si), len(inside), len(np.unique(cy * g + cx))
+    return si, qi
+
+
+def _project(m: np.ndarray, xy: np.ndarray) -> np.ndarray:
+    p = xy @ m[:2, :2].T + m[:2, 2]
+    z = xy @ m[2, :2] + m[2, 2]
+    z = np.where(np.abs(z) < 1e-9, 1e-9, z)
+    return p / z[:, None]
 
 
 def _tight(src: np.ndarray, dst: np.ndarray, px: float) -> int:
