@@ -415,7 +415,7 @@ def _guided_pairs(query: Features, stored: Features, m: np.ndarray) -> tuple[np.
     sq = _project(back, s)  # stored keypoints in query pixels: those inside the query's footprint
     foot = np.nonzero((sq[:, 0] >= 0) & (sq[:, 0] < w) & (sq[:, 1] >= 0) & (sq[:, 1] < h))[0]
     qs = _project(m, query.xy.astype(np.float32))  # query keypoints in stored pixels
-    si, qi = np.nonzero(((s[foot, None, :] - qs[None, :, :]) ** 2).sum(-1) <= GUIDED_PX**2)
+    si, qi = _near(s[foot], qs, GUIDED_PX)
     ham = _POPCOUNT[np.bitwise_xor(stored.desc[foot[si]], query.desc[qi])].sum(1, dtype=np.int32)
     ok = ham <= GUIDED_HAMMING
     si, qi, ham = foot[si[ok]], qi[ok], ham[ok]
@@ -425,6 +425,20 @@ def _guided_pairs(query: Features, stored: Features, m: np.ndarray) -> tuple[np.
         _, once = np.unique(side[order], return_index=True)
         si, qi, ham = si[order[once]], qi[order[once]], ham[order[once]]
     return si, qi
+
+
+def _near(a: np.ndarray, b: np.ndarray, px: float) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (i, j) with ``a[i]`` within ``px`` of ``b[j]``: ``b`` sorted by x, each ``a[i]`` compared only with
+    the strip of ``b`` within ``px`` of its x (a twentieth of a full comparison for a query's 1,500 keypoints)."""
+    order = np.argsort(b[:, 0], kind="stable")
+    bx = b[order, 0]
+    lo = np.searchsorted(bx, a[:, 0] - px)
+    count = np.searchsorted(bx, a[:, 0] + px, side="right") - lo
+    i = np.repeat(np.arange(len(a)), count)
+    j = np.repeat(lo - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+    d = a[i] - b[order[j]]
+    close = (d**2).sum(1) <= px * px
+    return i[close], order[j[close]]
 
 
 def _project(m: np.ndarray, xy: np.ndarray) -> np.ndarray:
