@@ -87,6 +87,7 @@ def _write_cost(dialect: str, url: str | None, books: int) -> None:
     """Write ``books`` generated books with the triggers and as many without, in turns, into scratch catalogs."""
     with tempfile.TemporaryDirectory(prefix="book-counts-") as scratch:
         catalogs: dict[str, Catalog] = {}
+        scratch_databases: list[str] = []
         for kind in ("with triggers", "without"):
             if url is None:
                 catalogs[kind] = Catalog(Path(scratch) / f"{kind.split()[0]}.sqlite3")
@@ -98,6 +99,7 @@ def _write_cost(dialect: str, url: str | None, books: int) -> None:
                 name = f"book_counts_{secrets.token_hex(4)}"
                 with psycopg.connect(url, autocommit=True) as conn:
                     conn.execute(f"CREATE DATABASE {name}")  # type: ignore[arg-type]
+                scratch_databases.append(name)
                 catalogs[kind] = PostgresCatalog(url.rsplit("/", 1)[0] + f"/{name}", pool_size=2)
         with catalogs["without"].transaction() as conn:
             for statement in TRIGGERS[dialect]:
@@ -116,6 +118,11 @@ def _write_cost(dialect: str, url: str | None, books: int) -> None:
             print(f"write a 300-page book ({kind}): median {statistics.median(took[kind]) * 1e3:.1f} ms, "
                   f"mean {statistics.mean(took[kind]) * 1e3:.1f} ms over {books}")  # fmt: skip
             catalog.close()
+        for name in scratch_databases:  # the catalog's cluster keeps nothing of this run
+            import psycopg
+
+            with psycopg.connect(url, autocommit=True) as conn:  # type: ignore[arg-type]
+                conn.execute(f"DROP DATABASE {name}")  # type: ignore[arg-type]
         with_t, without = statistics.median(took["with triggers"]), statistics.median(took["without"])
         print(f"triggers' share of a book's write: {with_t / without:.3f}x ({(with_t - without) * 1e3:+.1f} ms)")
 
