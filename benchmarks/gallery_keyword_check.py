@@ -1,6 +1,8 @@
 """Check that gallery keyword ranking gives what the reads before migration 10 gave, on a generated catalog: the
 scores of the statements the gallery used before (FTS5 joined to illustrations and sorted; PostgreSQL's ts_rank over
-the vector computed per row) against ``keyword_hits`` mapped to table rows, and the ranked pages of both.
+the vector computed per row) against ``keyword_hits`` mapped to table rows, and the ranked pages of both. On
+PostgreSQL also the read of migrations 10-11 (a row per match with its text id, over the stored vector) against
+migration 12's (search numbers and ranks in one row, mapped through the table's numbers).
 
     .venv/bin/python benchmarks/gallery_keyword_check.py /tmp/gallery-scale/sqlite/catalog.sqlite3
     .venv/bin/python benchmarks/gallery_keyword_check.py postgresql://...   # a running catalog_generate cluster
@@ -58,6 +60,21 @@ def before_postgres(catalog: Any, query: str, limit: int = 100_000) -> dict[str,
     return {r["id"]: max(r["rank"] / best, 1e-6) for r in rows}
 
 
+def before_postgres_ids(catalog: Any, query: str, limit: int = 100_000) -> dict[str, float]:
+    """The read of migrations 10-11: one row per match, its text id and ts_rank over the stored vector."""
+    words = [w.lower() for w in re.findall(r"\w+", query)][:32]
+    words = [w for w in words if w not in STOP_WORDS] or words
+    terms = ["'" + w + "'" for w in words]
+    terms[-1] += ":*"
+    rows = catalog.tuples(
+        "SELECT i.id, ts_rank('{0.05, 0.3, 0.5, 1.0}', i.search_doc, q) AS rank FROM illustrations i,"
+        " to_tsquery('simple', imagesvc_fold(?)) AS q WHERE i.search_doc @@ q LIMIT ?",
+        (" | ".join(terms), limit + 1),
+    )
+    best = max(rank for _, rank in rows) or 1.0
+    return {iid: max(rank / best, 1e-6) for iid, rank in rows}
+
+
 def main() -> None:
     if sys.argv[1].startswith("postgresql"):
         from imagesvc.catalog.postgres import PostgresCatalog
@@ -73,6 +90,10 @@ def main() -> None:
         rows, scores = SearchEngine._hit_rows(table, keyword_hits(catalog, q.text), catalog)
         new = dict(zip([table.ids[r] for r in rows.tolist()], scores.tolist(), strict=True))
         assert {k: v for k, v in old.items() if table.row_of(k) is not None} == new, q
+        if catalog.dialect == "postgres":
+            hits = keyword_hits(catalog, q.text)
+            assert hits.rowids is not None and hits.seq == table.seq and table.exact  # mapped by number
+            assert {k: v for k, v in before_postgres_ids(catalog, q.text).items() if table.row_of(k) is not None} == new
         a, b = rank(table, q, None, None, old), rank(table, q, None, None, (rows, scores))
         assert (a.rows, a.total, a.similarity, a.text, a.duplicates, a.more) == (
             b.rows, b.total, b.similarity, b.text, b.duplicates, b.more

@@ -164,15 +164,35 @@ class Catalog:
     # -- books and pages -------------------------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
-        """Numbers of live books, pages, pages without an image, illustrations and collections."""
+        """Numbers of live books, pages, pages without an image, illustrations and collections.
+
+        Read from ``book_counts`` (migration 11: one row per book, kept by triggers on every write), one row per
+        book rather than one per page: counting the pages themselves was 2.3-8.6 s of a core at 4.5 million."""
+        row = self.tuples(
+            "SELECT count(*), coalesce(sum(c.pages), 0), coalesce(sum(c.pages_without_image), 0),"
+            " coalesce(sum(c.illustrations), 0) FROM books b LEFT JOIN book_counts c ON c.book_id = b.id"
+            " WHERE b.withdrawn = 0"
+        )[0]
+        books, pages, without_image, illustrations = (int(v) for v in row)
+        return {
+            "books": books,
+            "pages": pages,
+            "pages_without_image": without_image,
+            "illustrations": illustrations,
+            "collections": self.scalar("SELECT count(*) FROM collections"),
+            "schema_version": SCHEMA_VERSION,
+        }
+
+    def counted(self) -> dict[str, int]:
+        """The same numbers as ``counts`` counted from the rows themselves (a scan of every page: for tests and
+        checks of ``book_counts``, never for serving)."""
         q = self.scalar
         return {
             "books": q("SELECT count(*) FROM books WHERE withdrawn = 0"),
             "pages": q("SELECT count(*) FROM pages p JOIN books b ON b.id = p.book_id WHERE b.withdrawn = 0"),
-            # the partial index pages_without_image (migration 5): no page row is read, only that index
             "pages_without_image": q(
-                f"SELECT count(*) FROM pages p {self._indexed_by('pages_without_image')} JOIN books b"
-                " ON b.id = p.book_id WHERE b.withdrawn = 0 AND p.image_unavailable = 1"
+                "SELECT count(*) FROM pages p JOIN books b ON b.id = p.book_id"
+                " WHERE b.withdrawn = 0 AND p.image_unavailable = 1"
             ),
             "illustrations": q(
                 "SELECT count(*) FROM illustrations i JOIN books b ON b.id = i.book_id "
@@ -181,10 +201,6 @@ class Catalog:
             "collections": q("SELECT count(*) FROM collections"),
             "schema_version": SCHEMA_VERSION,
         }
-
-    def _indexed_by(self, index: str) -> str:
-        """SQLite's hint to read a table through ``index`` (PostgreSQL's planner needs none)."""
-        return f"INDEXED BY {index}"
 
     def list_books(self, *, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         """Live books ordered by title, and the total count."""

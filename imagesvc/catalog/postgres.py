@@ -287,9 +287,6 @@ class PostgresCatalog(Catalog):
             cursor.execute(translate(sql), tuple(args))  # type: ignore[arg-type]
             yield from cursor
 
-    def _indexed_by(self, index: str) -> str:
-        return ""
-
     def page_list(self, book_id: str) -> list[dict[str, Any]]:
         """As on SQLite; the NULL tests read the table, whose rows are small here (the texts live in TOAST)."""
         return self.query_all(

@@ -1,6 +1,6 @@
 """The PostgreSQL form of the illustration text search (``imagesvc.search.text`` keeps the SQLite FTS5 one): the
 GIN-indexed weighted tsvector of migration 3, stored in ``illustrations.search_doc`` since migration 10, ranked by
-``ts_rank`` with the FTS5 weights' proportions."""
+``ts_rank`` with the FTS5 weights' proportions; matches are named by ``illustrations.search_num`` (migration 12)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-__all__ = ["DOC", "postgres_keyword_rows", "postgres_matching_rows", "postgres_text_search"]
+import numpy as np
+
+__all__ = ["DOC", "postgres_keyword_numbers", "postgres_matching_rows"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 DOC = "i.search_doc"  # imagesvc_illustration_doc(description, museum_description, subjects, figures, symbols)
@@ -19,33 +21,42 @@ def _terms(words: list[str]) -> list[str]:
     return ["'" + w + "'" for w in words]
 
 
-def postgres_keyword_rows(catalog: Any, query: str, stop_words: Collection[str], limit: int) -> list[tuple[str, float]]:
-    """``(illustration id, ts_rank)`` of matching illustrations, best first where more than ``limit`` match (then
-    only the best ``limit``), else in no order; any word may match, the last also as a prefix; function words are
-    dropped unless the query holds nothing else."""
+def postgres_keyword_numbers(
+    catalog: Any, query: str, stop_words: Collection[str], limit: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(search numbers, ts_rank, gallery_changes seq)`` of matching illustrations, best first where more than
+    ``limit`` match (then only the best ``limit``), else in no order; any word may match, the last also as a prefix;
+    function words are dropped unless the query holds nothing else. The change number is read by the same statement,
+    so from the same snapshot as the matches (a gallery table read at it maps the numbers to its rows).
+
+    One row comes back, not one a match: the numbers as one array and the ranks as one text (each rank as the
+    server writes a ``real``, the text the row-by-row read parsed, so the scores are the same to the last bit)."""
     words = [w.lower() for w in _WORD.findall(query)][:32]
     if not words:
-        return []
+        return np.zeros(0, np.int64), np.zeros(0), 0
     words = [w for w in words if w not in stop_words] or words
     terms = _terms(words)
     terms[-1] += ":*"
-    sql = (
-        f"SELECT i.id, ts_rank({_WEIGHTS}, {DOC}, q) AS rank FROM illustrations i,"
+    matches = (
+        f"SELECT i.search_num AS n, ts_rank({_WEIGHTS}, {DOC}, q) AS r FROM illustrations i,"
         f" to_tsquery('simple', imagesvc_fold(?)) AS q WHERE {DOC} @@ q"
     )
-    rows = catalog.tuples(sql + " LIMIT ?", (" | ".join(terms), limit + 1))
-    if len(rows) > limit:  # only then does the order matter: sorting every match cost more than ranking it
-        rows = catalog.tuples(sql + " ORDER BY rank DESC, i.id LIMIT ?", (" | ".join(terms), limit))
-    return rows
+    expression = " | ".join(terms)
+    numbers, ranks, seq = _aggregated(catalog, matches + " LIMIT ?", (expression, limit + 1))
+    if len(numbers) > limit:  # only then does the order matter: sorting every match cost more than ranking it
+        numbers, ranks, seq = _aggregated(catalog, matches + " ORDER BY r DESC, i.id LIMIT ?", (expression, limit))
+    return numbers, ranks, seq
 
 
-def postgres_text_search(catalog: Any, query: str, stop_words: Collection[str], limit: int) -> dict[str, float]:
-    """``{illustration id: score}``, score in (0, 1] relative to the best match (``postgres_keyword_rows``)."""
-    rows = postgres_keyword_rows(catalog, query, stop_words, limit)
-    if not rows:
-        return {}
-    best = max(rank for _, rank in rows) or 1.0
-    return {iid: max(rank / best, 1e-6) for iid, rank in rows}
+def _aggregated(catalog: Any, matches: str, args: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray, int]:
+    numbers, ranks, seq = catalog.tuples(
+        "SELECT array_agg(n), string_agg(r::text, ' '), (SELECT coalesce(max(seq), 0) FROM gallery_changes)"
+        f" FROM ({matches}) AS found",
+        args,
+    )[0]
+    if not numbers:
+        return np.zeros(0, np.int64), np.zeros(0), int(seq)
+    return np.array(numbers, np.int64), np.array(ranks.split(" "), np.float64), int(seq)
 
 
 def postgres_matching_rows(catalog: Any, words: list[str]) -> list[dict[str, Any]]:

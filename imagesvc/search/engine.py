@@ -35,6 +35,7 @@ from imagesvc.search.dense_signal import DenseText, QueryCache
 from imagesvc.search.fusion import fuse
 from imagesvc.search.glosses import glossary
 from imagesvc.search.index_follower import Follower
+from imagesvc.search.keyword_cache import KeywordCache
 from imagesvc.search.page_cuts import prepared
 from imagesvc.search.published import CACHE, FETCH_ERRORS, FOLDERS
 from imagesvc.search.ranking import GalleryTable, Query, Ranked, TextScores, rank
@@ -104,6 +105,7 @@ class SearchEngine:
         text = self.followers.get("text")
         self.dense = DenseText(settings, catalog, self._data_dir, self.text_model, self.cache, text)
         self._readers: queue.SimpleQueue[Catalog] = queue.SimpleQueue()  # SQLite connections keyword queries reuse
+        self.keywords = KeywordCache()  # recent queries' keyword matches, per snapshot generation
 
     def close(self) -> None:
         """Retire this engine (its catalog snapshot was replaced): builds and text embedding in flight stop, and
@@ -401,14 +403,18 @@ class SearchEngine:
             q = replace(q, text=text)
         text = q.text
         assert text is not None
-        early = None if self._own_connections() else keyword_hits(self.catalog, text)  # on the loop's connection
+        cached = self.keywords.peek(snap.generation, text)
+        # on the loop's connection when there is no other (a SQLite catalog in memory)
+        early = None if cached is not None or self._own_connections() else keyword_hits(self.catalog, text)
 
-        def work() -> tuple[Ranked, dict[str, float], dict[str, float]]:
+        def matches() -> tuple[np.ndarray, np.ndarray]:
             if early is None:
                 with self._keyword_source() as source:
-                    rows, scores = self._hit_rows(snap.table, keyword_hits(source, text), source)
-            else:
-                rows, scores = self._hit_rows(snap.table, early, self.catalog)
+                    return self._hit_rows(snap.table, keyword_hits(source, text), source)
+            return self._hit_rows(snap.table, early, self.catalog)
+
+        def work() -> tuple[Ranked, dict[str, float], dict[str, float]]:
+            rows, scores = cached if cached is not None else self.keywords.get(snap.generation, text, matches)
             found = self.dense.scores(text) if use_dense else None
             if found:
                 fts = dict(zip(map(snap.table.ids.__getitem__, rows.tolist()), scores.tolist(), strict=True))

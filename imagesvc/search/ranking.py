@@ -66,7 +66,7 @@ class GalleryTable:
     group: np.ndarray  # int32 near-duplicate group (pHash within a few bits), -1 when alone
     terms: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     vec_row: np.ndarray | None = None
-    rowid: np.ndarray | None = None  # int64 SQLite rowid of each row (what FTS5 names); None on PostgreSQL
+    rowid: np.ndarray | None = None  # int64 number of each row keyword queries name (SQLite rowid, search_num)
     phash: np.ndarray | None = None  # uint64 perceptual hash of each row (what ``group`` was made from)
     phash_width: np.ndarray | None = None  # int16 its width in bits, 0 where it has none (or a malformed one)
     seq: int = 0  # the gallery_changes number read before the rows: every later write has a higher one
@@ -92,7 +92,7 @@ class GalleryTable:
         return np.fromiter(map(self._row.get, illustration_ids, repeat(-1)), np.int64, count)
 
     def rows_of_rowids(self, rowids: np.ndarray) -> np.ndarray:
-        """The table row of each SQLite rowid (int64), -1 for one the table lacks."""
+        """The table row of each rowid (``rowid``'s numbers, int64), -1 for one the table lacks."""
         assert self.rowid is not None
         if self._by_rowid is None:
             order = np.argsort(self.rowid, kind="stable")
@@ -174,8 +174,9 @@ class GalleryTable:
 
 
 def table_sql(catalog: Any, where: str = "") -> str:
-    """The gallery table's read: every illustration (``where``: some), in catalog order, with the SQLite rowid."""
-    rowid = "i.rowid" if getattr(catalog, "dialect", "sqlite") == "sqlite" else "NULL"
+    """The gallery table's read: every illustration (``where``: some), in catalog order, with the number keyword
+    queries name it by (SQLite's rowid; PostgreSQL's ``search_num``, migration 12)."""
+    rowid = "i.rowid" if getattr(catalog, "dialect", "sqlite") == "sqlite" else "i.search_num"
     return (
         "SELECT i.id, i.book_id, i.type, coalesce(i.year, b.year), i.phash, (i.removed = 0 AND b.withdrawn = 0),"
         f" i.subjects, i.figures, i.symbols, {rowid} FROM illustrations i"

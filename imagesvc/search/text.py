@@ -74,8 +74,8 @@ def fts_expression(query: str) -> str | None:
 class KeywordHits:
     """The illustrations a keyword query matches (live or not: callers filter) with their scores in (0, 1], BM25
     (SQLite) or ts_rank (PostgreSQL) divided by the best match's, so 1.0 is the query's best text match. Named by
-    ``ids``, or on SQLite by FTS5 ``rowids`` with the ``seq`` of ``gallery_changes`` they were read at (a gallery
-    table read at the same ``seq`` maps them to its rows without reading an id)."""
+    ``ids``, or by ``rowids`` (FTS5's on SQLite, ``search_num`` on PostgreSQL) with the ``seq`` of ``gallery_changes``
+    they were read at (a gallery table read at the same ``seq`` maps them to its rows without reading an id)."""
 
     scores: np.ndarray  # float64
     ids: list[str] | None = None
@@ -103,12 +103,13 @@ def keyword_hits(catalog: Any, query: str, limit: int = 100_000) -> KeywordHits:
     if expression is None:
         return KeywordHits(np.zeros(0))
     if getattr(catalog, "dialect", "sqlite") == "postgres":
-        from imagesvc.catalog.search_sql import postgres_keyword_rows
+        from imagesvc.catalog.search_sql import postgres_keyword_numbers
 
-        found = postgres_keyword_rows(catalog, query, STOP_WORDS, limit)
-        ranks = np.fromiter((r for _, r in found), np.float64, len(found))
-        best = float(ranks.max()) if len(ranks) else 1.0
-        return KeywordHits(np.maximum(ranks / (best or 1.0), 1e-6), ids=[iid for iid, _ in found])
+        rowids, ranks, seq = postgres_keyword_numbers(catalog, query, STOP_WORDS, limit)
+        if not len(ranks):
+            return KeywordHits(np.zeros(0))
+        best = float(ranks.max()) or 1.0
+        return KeywordHits(np.maximum(ranks / best, 1e-6), rowids=rowids, seq=seq)
     # The change number comes from the same statement, so from the same read of the file as the rowids.
     sql = (
         f"SELECT rowid, {_BM25}, (SELECT coalesce(max(seq), 0) FROM gallery_changes) FROM illustrations_fts"
@@ -126,11 +127,13 @@ def keyword_hits(catalog: Any, query: str, limit: int = 100_000) -> KeywordHits:
 
 
 def ids_of_rowids(catalog: Any, rowids: Any) -> list[str]:
-    """The illustration id of each SQLite rowid ("" for one deleted since)."""
-    found = dict(
-        (r["rowid"], r["id"])
-        for r in catalog.query_in("SELECT rowid, id FROM illustrations WHERE rowid IN ({marks})", rowids.tolist())
-    )
+    """The illustration id of each rowid (SQLite's, or PostgreSQL's ``search_num``; "" for one deleted since)."""
+    if getattr(catalog, "dialect", "sqlite") == "postgres":  # one statement, an array (not 500 numbers a query)
+        sql = "SELECT search_num, id FROM illustrations WHERE search_num = ANY(?)"
+        found = dict(catalog.tuples(sql, (rowids.tolist(),)))
+    else:
+        sql = "SELECT rowid, id FROM illustrations WHERE rowid IN ({marks})"
+        found = dict((r["rowid"], r["id"]) for r in catalog.query_in(sql, rowids.tolist()))
     return [found.get(r, "") for r in rowids.tolist()]
 
 

@@ -13,6 +13,7 @@ from imagesvc.catalog.api_keys import create_key
 from imagesvc.search import changes
 from imagesvc.search.changes import updated_table
 from imagesvc.search.ranking import GalleryTable, Query, rank
+from tests.catalog.conftest import Backend
 from tests.catalog.test_catalog import book, illus, library, write_book
 
 __all__ = ["library"]  # the three-book fixture, used here
@@ -92,3 +93,59 @@ def test_too_many_books_at_once_asks_for_a_whole_read(library: Catalog, monkeypa
         write_book(library, book(n), {1: [illus(book(n)["id"], 1, 0, f"Picture {n}")]})
     monkeypatch.setattr(changes, "MAX_BOOKS", 1)
     assert updated_table(library, table) is None
+
+
+def test_keyword_matches_come_back_as_numbers_the_table_maps_even_after_a_write(library: Catalog) -> None:
+    """A keyword query names its matches by number (SQLite's rowid, PostgreSQL's search_num, migration 12) with the
+    change number it read them at: a table read at that number maps them by number; a table written past since maps
+    them through their ids and leaves out the illustrations it does not hold yet; each way the same rows as by id."""
+    from imagesvc.search.engine import SearchEngine
+    from imagesvc.search.text import ids_of_rowids, keyword_hits
+
+    table = GalleryTable.from_catalog(library)
+    hits = keyword_hits(library, "dragon mandrake")
+    assert hits.rowids is not None and hits.seq == table.seq and table.exact
+    rows, scores = SearchEngine._hit_rows(table, hits, library)
+    by_id = dict(zip(ids_of_rowids(library, hits.rowids), hits.scores.tolist(), strict=True))
+    assert dict(zip([table.ids[r] for r in rows.tolist()], scores.tolist(), strict=True)) == by_id
+    assert len(by_id) == 2 and max(by_id.values()) == 1.0
+
+    late = book(0x9, title="Bestiary", year=1600)
+    write_book(library, late, {1: [illus(late["id"], 1, 0, "A dragon with two heads")]})
+    again = keyword_hits(library, "dragon mandrake")
+    assert again.seq is not None and again.seq > table.seq and len(again) == 3
+    rows, _ = SearchEngine._hit_rows(table, again, library)  # the old table: the new dragon is not in it yet
+    assert sorted(table.ids[r] for r in rows.tolist()) == sorted(by_id)
+    fresh = follows(library, table)
+    rows, _ = SearchEngine._hit_rows(fresh, again, library)
+    assert illus(late["id"], 1, 0, "")["id"] in {fresh.ids[r] for r in rows.tolist()} and len(rows) == 3
+
+
+async def test_a_query_asked_again_reads_its_matches_once_until_the_catalog_changes(
+    library: Catalog, backend: Backend, tmp_path: Any
+) -> None:
+    """The next page, a filter or another searcher of the same words reuse the matches read for this catalog
+    generation (the same page as a fresh engine gives); a catalog write makes the next query read them again."""
+    from imagesvc.search.engine import SearchEngine
+    from tests.library import settings_for
+
+    settings = settings_for(tmp_path, text_model="off")
+    engine = SearchEngine(settings, library)
+
+    async def ids(q: Query, on: SearchEngine = engine) -> list[str]:
+        found = await on.search(q)
+        return [found.table.ids[r] for r in found.ranked.rows]
+
+    dragons = await ids(Query(text="dragon mandrake"))
+    assert len(dragons) == 2 and engine.keywords.misses == 1
+    assert await ids(Query(text="dragon mandrake", type="map")) == [illus(book(1)["id"], 2, 0, "")["id"]]
+    assert await ids(Query(text="dragon mandrake", offset=1)) == dragons[1:]
+    assert (engine.keywords.hits, engine.keywords.misses) == (2, 1)
+    with pytest.raises(ValueError):  # what is kept cannot be changed by a caller
+        engine.keywords.peek(engine.current.generation, "dragon mandrake")[1][0] = 0.0  # type: ignore[index,union-attr]
+
+    late = book(0x9, title="Bestiary", year=1600)
+    write_book(backend.open(), late, {1: [illus(late["id"], 1, 0, "A dragon with two heads")]})  # an ingester
+    after = await ids(Query(text="dragon mandrake"))
+    assert illus(late["id"], 1, 0, "")["id"] in after and engine.keywords.misses == 2
+    assert after == await ids(Query(text="dragon mandrake"), SearchEngine(settings, library))  # as read afresh

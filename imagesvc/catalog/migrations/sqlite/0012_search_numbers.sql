@@ -1,0 +1,2 @@
+-- 12: PostgreSQL gives each illustration a number (illustrations.search_num) for keyword queries to answer with, as
+-- FTS5 answers with rowids. SQLite's rowid is that number already: nothing to change here.
