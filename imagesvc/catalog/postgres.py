@@ -126,10 +126,18 @@ class PostgresCatalog(Catalog):
         self._pool_timeout = pool_timeout
         self._probe_interval = probe_interval
         self._connect_timeout = connect_timeout
-        options = f"-c statement_timeout={statement_timeout_ms}" if statement_timeout_ms else None
-        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, round(connect_timeout))}
-        if options:
-            kwargs["options"] = options
+        # Every statement is planned for its own arguments. psycopg prepares a statement run five times on a
+        # connection, and the server may then switch it to one generic plan for all arguments: for a book's page
+        # search that plan reads a common term's GIN entries for the whole library instead of the book's key range
+        # (0.3-0.8 s a search at 4.5 million pages, against 2-5 ms planned per call; benchmarks/catalog_scale.py).
+        options = "-c plan_cache_mode=force_custom_plan"
+        if statement_timeout_ms:
+            options += f" -c statement_timeout={statement_timeout_ms}"
+        kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(1, round(connect_timeout)),
+            "options": options,
+        }
         try:  # migrations (index builds on a large catalog) run without the serving statement timeout
             with psycopg.connect(url, autocommit=True, connect_timeout=kwargs["connect_timeout"]) as conn:
                 self.schema_version = migrate_postgres(conn)

@@ -126,3 +126,25 @@ def test_a_deadlocked_write_is_reported_as_a_conflict_not_a_lost_connection(post
         assert catalog.scalar("SELECT sum(v) FROM pair") == 2  # the other write committed; the catalog serves on
     finally:
         catalog.close()
+
+
+def test_every_statement_is_planned_for_its_own_arguments(postgres_server: PostgresServer) -> None:
+    """psycopg prepares a statement run five times on a connection; the server may then plan it once for any
+    arguments. For a book's page search that generic plan read a common word's index entries across the whole
+    library (0.3-0.8 s a search at 4.5 million pages instead of 2-5 ms): the catalog's connections must plan each
+    execution for its arguments, however often a statement runs."""
+    url = create_database(postgres_server, f"plans_{secrets.token_hex(5)}")
+    catalog = PostgresCatalog(url, pool_size=1)  # one connection: every statement below runs on it
+    try:
+        search = (
+            "SELECT number, field FROM page_texts WHERE book_id = ? AND terms @> ARRAY[?]::text[] AND field = ANY(?)"
+        )
+        for n in range(12):
+            catalog.query_all(search, (f"{n:016x}", "gold", [0, 1, 2]))
+        plans = catalog.query_one(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%page_texts%'"
+        )
+        assert plans is not None, "the statement was not prepared: the test no longer exercises the plan cache"
+        assert plans["generic_plans"] == 0 and plans["custom_plans"] >= 7, plans
+    finally:
+        catalog.close()
