@@ -167,11 +167,12 @@ def query_books(
         expression = title_author_expression(f.search)
         if expression is None:
             return [], 0
-        if postgres:  # the GIN index books_search (migration 4); ts_rank is higher for better, so negated
+        if postgres:  # the stored vectors of book_search (migration 13); ts_rank is higher for better, so negated
             query = "to_tsquery('simple', imagesvc_fold(?))"
-            where.append(f"imagesvc_book_doc(b.title, b.author) @@ {query}")
+            join = "JOIN book_search s ON s.book_id = b.id"
+            where.append(f"s.doc @@ {query}")
             args.append(tsquery(f.search))
-            rank, rank_args = f"-ts_rank(imagesvc_book_doc(b.title, b.author), {query})", [tsquery(f.search)]
+            rank, rank_args = f"-ts_rank(s.doc, {query})", [tsquery(f.search)]
         else:
             join = "JOIN books_fts ON books_fts.rowid = b.rowid"
             where.append("books_fts MATCH ?")

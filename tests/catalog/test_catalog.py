@@ -351,10 +351,10 @@ def test_ingest_finds_a_pages_illustrations_by_index(catalog: Catalog) -> None:
         assert "illustrations_by_page" in plan
         from imagesvc.catalog.search_sql import DOC
 
-        searches = {  # the text searches read their GIN indexes (migrations 3 and 4)
+        searches = {  # the text searches read their GIN indexes (migrations 10 and 13)
             "illustrations_search_doc": f"SELECT i.id FROM illustrations i WHERE {DOC} @@ to_tsquery('simple', ?)",
-            "books_search": "SELECT b.id FROM books b WHERE imagesvc_book_doc(b.title, b.author)"
-            " @@ to_tsquery('simple', imagesvc_fold(?))",
+            "book_search_doc": "SELECT s.book_id FROM book_search s"
+            " WHERE s.doc @@ to_tsquery('simple', imagesvc_fold(?))",
         }
         for index, sql in searches.items():
             with catalog.transaction() as conn:
@@ -428,3 +428,18 @@ def test_page_listing_and_page_search_on_both_backends(library: Catalog) -> None
         3,
     )
     assert library.search_pages("no-such-book", query_words("page"), ["ocr"], limit=5, offset=0) == ([], 0)
+
+
+def test_a_retitled_or_deleted_book_is_searched_by_what_it_is_now(catalog: Catalog) -> None:
+    """The catalogue browser's search reads stored vectors on PostgreSQL (book_search, migration 13) kept by every
+    write of a book: a new title is found and the old one no longer, a deleted book is gone (both backends)."""
+    original = book(41, title="Splendor Solis", author="Trismosin")
+    write_book(catalog, original, {1: []})
+    assert query_books(catalog, BookFilters(search="splendor"), sort=None, limit=5, offset=0)[1] == 1
+    write_book(catalog, {**original, "title": "Aurora Consurgens"}, {1: []})
+    assert query_books(catalog, BookFilters(search="splendor"), sort=None, limit=5, offset=0)[1] == 0
+    rows, total = query_books(catalog, BookFilters(search="aurora trismosin"), sort=None, limit=5, offset=0)
+    assert total == 1 and rows[0]["title"] == "Aurora Consurgens"
+    with catalog.transaction() as conn:
+        conn.execute("DELETE FROM books WHERE id = ?", (original["id"],))
+    assert query_books(catalog, BookFilters(search="aurora"), sort=None, limit=5, offset=0)[1] == 0

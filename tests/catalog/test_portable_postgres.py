@@ -67,7 +67,7 @@ def test_a_session_with_an_empty_search_path_writes_and_reindexes(postgres_serve
                 " '2026-01-01')"
             )
             conn.execute("REINDEX INDEX public.illustrations_search_doc")
-            conn.execute("REINDEX INDEX public.books_search")
+            conn.execute("REINDEX INDEX public.book_search_doc")
         rows, total = query_books(catalog, BookFilters(search="eclair"), sort=None, limit=5, offset=0)
         assert total == 1 and rows[0]["slug"] == "restored"
     finally:

@@ -1,0 +1,2 @@
+-- 13: PostgreSQL stores each book's title-and-author search vector in book_search (it was computed per matching
+-- row); SQLite's books_fts already holds it: nothing to change here.
