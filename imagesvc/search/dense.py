@@ -138,9 +138,13 @@ class TextModel:
         found = glossary().gloss(text) if self.glosses else None
         if found is None:
             return self._model.queries([text])[0]
-        both = self._model.queries([text, found.text])
+        assert self.info is not None
+        split = self.info.split or self.info.dims
+        both = self._model.queries([text, found.text])[:, :split]  # with two models: the first (e5) only
         blended = both[0] + np.float32(GLOSS_WEIGHT[found.language]) * both[1]
-        return (blended / max(float(np.linalg.norm(blended)), 1e-12)).astype(np.float32)
+        out = np.zeros(self.info.dims, np.float32)  # a second model's part stays zero: it ranks alone (``second``)
+        out[:split] = blended / max(float(np.linalg.norm(blended)), 1e-12)
+        return out
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Descriptions' vectors, one row each (the model's passage role)."""
@@ -374,16 +378,26 @@ class Passages:
         the ``CANDIDATES`` illustrations whose mean passage scores highest get their best passage; the others keep
         that mean, which is never above their best: one product with a third of the rows instead of all of them
         (docs/benchmarks.md), at the risk of missing an illustration with one close passage and two far ones."""
+        return self.score_parts(embeddings, [vector])[0]
+
+    def score_parts(self, embeddings: np.ndarray, vectors: list[np.ndarray]) -> list[np.ndarray]:
+        """``score`` for several query vectors of the same rows (two models' parts of one query, each zero outside
+        its own columns): each one's best passage per illustration. On a large index the candidates are chosen once,
+        by the sum of their means' products."""
         if self.means is None or self.starts is None or self.counts is None:
-            return self.best(dot(embeddings, vector))
-        out = dot(self.means, vector)
+            return [self.best(dot(embeddings, vector)) for vector in vectors]
+        out = dot(self.means, vectors[0] if len(vectors) == 1 else np.sum(vectors, axis=0, dtype=np.float32))
         k = min(CANDIDATES, len(out))
         top = np.sort(np.argpartition(-out, k - 1)[:k])
         starts, counts = self.starts[top], self.counts[top]
         offsets = np.r_[0, np.cumsum(counts)[:-1]]
         rows = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
-        out[top] = np.maximum.reduceat(dot(embeddings, vector, rows), offsets)
-        return out
+        parts = []
+        for vector in vectors:
+            part = out if len(vectors) == 1 else dot(self.means, vector)
+            part[top] = np.maximum.reduceat(dot(embeddings, vector, rows), offsets)
+            parts.append(part)
+        return parts
 
 
 async def run_text_index(settings: Any, catalog: Any, *, full: bool = False) -> TextIndexSummary | None:

@@ -238,7 +238,10 @@ class DenseText:
         vector = self.cache.vector(key, lambda: model.query(text))
         info = model.info
         assert info is not None
+        if info.split and vector[info.split :].any():  # two models (text_models, "e5+use"): each one's best passage
+            first, second = vector.copy(), vector.copy()
+            first[info.split :], second[: info.split] = 0, 0
+            best, other = state[1].score_parts(state[0].embeddings, [first, second])
+            return state[1].ids, info.common(best, other)
         best = state[1].score(state[0].embeddings, vector)
-        if info.shift or info.span != 1.0:  # onto the common scale of dense scores (text_models._SCALE)
-            best = (best - np.float32(info.shift)) / np.float32(info.span)
-        return state[1].ids, best
+        return state[1].ids, info.common(best)  # onto the common scale of dense scores (text_models._SCALE)
