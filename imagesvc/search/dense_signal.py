@@ -210,7 +210,7 @@ class DenseText:
                 f"the published text index was embedded by {index.model_key}, and this node runs {self.model.key}",
                 recovery=["Run `imagesvc index` with this node's IMAGESVC_TEXT_MODEL (docs/search.md)."],
             )
-        return index, Passages.of(index)
+        return index, Passages.of(index, split=self.model.info.split if self.model.info else 0)
 
     def _load(self) -> tuple[VectorIndex, Passages]:
         assert self.model is not None
@@ -222,7 +222,7 @@ class DenseText:
             self.data_dir, rows, self.model, replace_other=False, still_wanted=lambda: not self.closed
         )
         self.embedded += summary.embedded
-        return index, Passages.of(index)
+        return index, Passages.of(index, split=self.model.info.split if self.model.info else 0)
 
     def source(self) -> dict[str, Any]:
         """Where the text index in service came from, for /health."""
@@ -236,12 +236,5 @@ class DenseText:
             return None
         key = "dense:" + " ".join(text.casefold().split())
         vector = self.cache.vector(key, lambda: model.query(text))
-        info = model.info
-        assert info is not None
-        if info.split and vector[info.split :].any():  # two models (text_models, "e5+use"): each one's best passage
-            first, second = vector.copy(), vector.copy()
-            first[info.split :], second[: info.split] = 0, 0
-            best, other = state[1].score_parts(state[0].embeddings, [first, second])
-            return state[1].ids, info.common(best, other)
-        best = state[1].score(state[0].embeddings, vector)
-        return state[1].ids, info.common(best)  # onto the common scale of dense scores (text_models._SCALE)
+        assert model.info is not None
+        return state[1].ids, state[1].dense(state[0].embeddings, vector, model.info)

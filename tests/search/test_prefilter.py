@@ -54,7 +54,8 @@ def test_two_models_columns_are_scored_each_by_its_own_best_passage() -> None:
     matrix[:, :first] /= np.linalg.norm(matrix[:, :first], axis=1, keepdims=True)
     matrix[:, first:] /= np.linalg.norm(matrix[:, first:], axis=1, keepdims=True)
     index = VectorIndex([f"ill-{k // 3}" for k in range(3 * n)], [""] * (3 * n), matrix, "test")
-    full, fast = Passages.of(index, prefilter_from=10**9), Passages.of(index)
+    full, fast = Passages.of(index, prefilter_from=10**9), Passages.of(index, split=first)
+    assert fast.means is not None and fast.second_means is not None and fast.means.shape[1] == first
     target = 3 * 1234
     a, b = np.zeros(first + second, np.float32), np.zeros(first + second, np.float32)
     a[:first] = matrix[target, :first]  # the first model sees passage 0 of illustration 1234 ...
