@@ -26,6 +26,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -33,6 +35,7 @@ from imagesvc.catalog import Catalog  # noqa: E402
 from imagesvc.search import fusion  # noqa: E402
 from imagesvc.search.dense import illustration_text, text_rows  # noqa: E402
 from imagesvc.search.engine import engine_for  # noqa: E402
+from imagesvc.search.text import KeywordHits  # noqa: E402
 from imagesvc.services import Services  # noqa: E402
 from imagesvc.storage.local import LocalStore  # noqa: E402
 from imagesvc.tools.gallery import search_images  # noqa: E402
@@ -201,19 +204,21 @@ async def run_dense_only(services: Services, query: str) -> list[list[str]]:
     """The fused path with the keyword scores left out (``fusion.fuse`` given none)."""
     import imagesvc.search.engine as engine_module
 
-    real = engine_module.text_search
-    engine_module.text_search = lambda catalog, text, limit=0: {}  # type: ignore[assignment]
+    real = engine_module.keyword_hits
+    engine_module.keyword_hits = lambda catalog, text, limit=0: KeywordHits(np.zeros(0), ids=[])  # type: ignore[assignment]
     try:
         return await run_query(services, query)
     finally:
-        engine_module.text_search = real
+        engine_module.keyword_hits = real
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, help="an ingested data dir (default: build the demo library)")
     parser.add_argument("--grid", action="store_true", help="also try other fusion weights and floors")
-    parser.add_argument("--model", default="e5", choices=["e5", "use", "minilm"], help="the text model (default e5)")
+    parser.add_argument(
+        "--model", default="e5", choices=["e5", "use", "minilm", "e5+use"], help="the text model (default e5)"
+    )
     parser.add_argument(
         "--languages", type=Path, default=LANGUAGES, help="the cross-lingual set (default: the main one)"
     )

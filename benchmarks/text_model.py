@@ -63,7 +63,9 @@ def numpy_two_steps(p: Passages, embeddings: np.ndarray, vector: np.ndarray) -> 
     """The two-step score as it was before faiss's products: numpy's ``gemv`` and a gather of the candidates' rows."""
     if p.means is None or p.starts is None or p.counts is None:
         return p.best(embeddings @ vector)
-    out = p.means @ vector
+    out = p.means @ vector[: p.split or None]
+    if p.split and p.second_means is not None:  # two models' columns, kept as two blocks of means
+        out += p.second_means @ vector[p.split :]
     top = np.sort(np.argpartition(-out, CANDIDATES - 1)[:CANDIDATES])
     starts, counts = p.starts[top], p.counts[top]
     offsets = np.r_[0, np.cumsum(counts)[:-1]]
@@ -92,8 +94,9 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
     load_s = time.perf_counter() - started
     model.query("warm up")
     grown = rss_mb() - before
-    assert model.info is not None
-    dims = model.info.dims
+    info = model.info
+    assert info is not None
+    dims = info.dims
     texts = iter((latin_hebrew if glossed else query_texts)(3 * count + 8))
 
     # a dense text query over n illustrations, three passages each
@@ -103,14 +106,25 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     ids = [i for i in table.ids for _ in range(3)]
     index = VectorIndex(ids, [""] * len(ids), matrix, model.key)
-    passages = Passages.of(index)  # two steps from PREFILTER_FROM illustrations on (dense.Passages.score)
+    passages = Passages.of(index, split=info.split)  # two steps from PREFILTER_FROM on (dense.Passages.score)
     scan = Passages.of(index, prefilter_from=10**12)  # every passage scored: the exhaustive reference
     plain = Query(max_per_book=3, limit=20)
 
     def numpy_scan(embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
         return scan.best(embeddings @ vector)
 
-    def query(vector: np.ndarray, score=passages.score) -> list[int]:
+    def dense(embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        """What DenseText.scores does, but on raw cosines: the random vectors' cosines (about 0) would all fall below
+        the dense floor on e5's common scale, and nothing would be ranked. With two models: each one's best passage,
+        then their weighted mean (``Passages.dense``)."""
+        if info.split:
+            first, second = vector.copy(), vector.copy()
+            first[info.split :], second[: info.split] = 0, 0
+            one, two = passages.score_parts(embeddings, [first, second])
+            return (1 - np.float32(info.second_weight)) * one + np.float32(info.second_weight) * two
+        return passages.score(embeddings, vector)
+
+    def query(vector: np.ndarray, score=dense) -> list[int]:
         best = score(index.embeddings, vector)
         fused, _ = fuse(passages.ids, best, {})
         return rank(table, plain, None, None, fused).rows
@@ -166,8 +180,10 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="e5", choices=["e5", "use", "minilm"])
-    parser.add_argument("--reference", choices=["e5", "use", "minilm"], help="also time this model, in the same run")
+    parser.add_argument("--model", default="e5", choices=["e5", "use", "minilm", "e5+use"])
+    parser.add_argument(
+        "--reference", choices=["e5", "use", "minilm", "e5+use"], help="also time this model, in the same run"
+    )
     parser.add_argument("--illustrations", type=int, default=200_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--index-texts", type=int, default=512)

@@ -138,9 +138,13 @@ class TextModel:
         found = glossary().gloss(text) if self.glosses else None
         if found is None:
             return self._model.queries([text])[0]
-        both = self._model.queries([text, found.text])
+        assert self.info is not None
+        split = self.info.split or self.info.dims
+        both = self._model.queries([text, found.text])[:, :split]  # with two models: the first (e5) only
         blended = both[0] + np.float32(GLOSS_WEIGHT[found.language]) * both[1]
-        return (blended / max(float(np.linalg.norm(blended)), 1e-12)).astype(np.float32)
+        out = np.zeros(self.info.dims, np.float32)  # a second model's part stays zero: it ranks alone (``second``)
+        out[:split] = blended / max(float(np.linalg.norm(blended)), 1e-12)
+        return out
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Descriptions' vectors, one row each (the model's passage role)."""
@@ -349,9 +353,11 @@ class Passages:
     starts: np.ndarray | None = None
     counts: np.ndarray | None = None
     means: np.ndarray | None = None
+    split: int = 0  # with two models' columns (``e5+use``): ``means`` holds the first's, ``second_means`` the other's
+    second_means: np.ndarray | None = None
 
     @classmethod
-    def of(cls, index: VectorIndex, prefilter_from: int = PREFILTER_FROM) -> Passages:
+    def of(cls, index: VectorIndex, prefilter_from: int = PREFILTER_FROM, split: int = 0) -> Passages:
         where: dict[str, int] = {}
         inverse = np.fromiter((where.setdefault(i, len(where)) for i in index.ids), np.int64, len(index.ids))
         if len(where) < max(1, prefilter_from):
@@ -361,7 +367,22 @@ class Passages:
             return cls(list(where), inverse)
         counts = np.diff(np.r_[starts, len(inverse)])
         means = (np.add.reduceat(index.embeddings, starts, axis=0) / counts[:, None]).astype(np.float32)
+        if split:  # two contiguous blocks: a query part that is zero in one model's columns reads only the other's
+            first, second = np.ascontiguousarray(means[:, :split]), np.ascontiguousarray(means[:, split:])
+            return cls(list(where), inverse, starts, counts, first, split, second)
         return cls(list(where), inverse, starts, counts, np.ascontiguousarray(means))
+
+    def _mean_scores(self, vector: np.ndarray) -> np.ndarray:
+        """Each illustration's mean passage vector with ``vector``."""
+        assert self.means is not None
+        if not self.split or self.second_means is None:
+            return dot(self.means, vector)
+        head, tail = vector[: self.split], vector[self.split :]
+        if not tail.any():
+            return dot(self.means, np.ascontiguousarray(head))
+        if not head.any():
+            return dot(self.second_means, np.ascontiguousarray(tail))
+        return dot(self.means, np.ascontiguousarray(head)) + dot(self.second_means, np.ascontiguousarray(tail))
 
     def best(self, scores: np.ndarray) -> np.ndarray:
         """Per illustration, the best of its passages' ``scores``."""
@@ -374,16 +395,33 @@ class Passages:
         the ``CANDIDATES`` illustrations whose mean passage scores highest get their best passage; the others keep
         that mean, which is never above their best: one product with a third of the rows instead of all of them
         (docs/benchmarks.md), at the risk of missing an illustration with one close passage and two far ones."""
+        return self.score_parts(embeddings, [vector])[0]
+
+    def dense(self, embeddings: np.ndarray, vector: np.ndarray, info: text_models.ModelInfo) -> np.ndarray:
+        """Per illustration, the dense score of a query's ``vector`` on the common scale (``text_models._SCALE``);
+        with two models (``e5+use``), each one's best passage, then their weighted mean (``ModelInfo.common``)."""
+        if info.split and vector[info.split :].any():
+            first, second = vector.copy(), vector.copy()
+            first[info.split :], second[: info.split] = 0, 0
+            return info.common(*self.score_parts(embeddings, [first, second]))
+        return info.common(self.score(embeddings, vector))
+
+    def score_parts(self, embeddings: np.ndarray, vectors: list[np.ndarray]) -> list[np.ndarray]:
+        """``score`` for several query vectors of the same rows (two models' parts of one query, each zero outside
+        its own columns): each one's best passage per illustration. On a large index the candidates are chosen once,
+        by the sum of their means' products."""
         if self.means is None or self.starts is None or self.counts is None:
-            return self.best(dot(embeddings, vector))
-        out = dot(self.means, vector)
+            return [self.best(dot(embeddings, vector)) for vector in vectors]
+        parts = [self._mean_scores(vector) for vector in vectors]
+        out = parts[0] if len(parts) == 1 else np.sum(parts, axis=0)
         k = min(CANDIDATES, len(out))
         top = np.sort(np.argpartition(-out, k - 1)[:k])
         starts, counts = self.starts[top], self.counts[top]
         offsets = np.r_[0, np.cumsum(counts)[:-1]]
         rows = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
-        out[top] = np.maximum.reduceat(dot(embeddings, vector, rows), offsets)
-        return out
+        for part, vector in zip(parts, vectors, strict=True):
+            part[top] = np.maximum.reduceat(dot(embeddings, vector, rows), offsets)
+        return parts
 
 
 async def run_text_index(settings: Any, catalog: Any, *, full: bool = False) -> TextIndexSummary | None:

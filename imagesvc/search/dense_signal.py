@@ -210,7 +210,7 @@ class DenseText:
                 f"the published text index was embedded by {index.model_key}, and this node runs {self.model.key}",
                 recovery=["Run `imagesvc index` with this node's IMAGESVC_TEXT_MODEL (docs/search.md)."],
             )
-        return index, Passages.of(index)
+        return index, Passages.of(index, split=self.model.info.split if self.model.info else 0)
 
     def _load(self) -> tuple[VectorIndex, Passages]:
         assert self.model is not None
@@ -222,7 +222,7 @@ class DenseText:
             self.data_dir, rows, self.model, replace_other=False, still_wanted=lambda: not self.closed
         )
         self.embedded += summary.embedded
-        return index, Passages.of(index)
+        return index, Passages.of(index, split=self.model.info.split if self.model.info else 0)
 
     def source(self) -> dict[str, Any]:
         """Where the text index in service came from, for /health."""
@@ -236,9 +236,5 @@ class DenseText:
             return None
         key = "dense:" + " ".join(text.casefold().split())
         vector = self.cache.vector(key, lambda: model.query(text))
-        info = model.info
-        assert info is not None
-        best = state[1].score(state[0].embeddings, vector)
-        if info.shift or info.span != 1.0:  # onto the common scale of dense scores (text_models._SCALE)
-            best = (best - np.float32(info.shift)) / np.float32(info.span)
-        return state[1].ids, best
+        assert model.info is not None
+        return state[1].ids, state[1].dense(state[0].embeddings, vector, model.info)

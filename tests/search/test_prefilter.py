@@ -43,3 +43,27 @@ def test_the_product_is_numpys_for_every_layout_and_refuses_rows_out_of_range() 
         dot(matrix, vector, np.array([0, 1_000]))
     with pytest.raises(ValueError):  # nor a vector of another length
         dot(matrix, vector[:40])
+
+
+def test_two_models_columns_are_scored_each_by_its_own_best_passage() -> None:
+    """``e5+use`` rows hold two models' vectors side by side; a query's two parts (each zero outside its columns) get
+    each one's best passage per illustration, which may be two different passages, and the prefilter keeps it."""
+    rng = np.random.default_rng(11)
+    n, first, second = 60_000, 32, 48
+    matrix = rng.standard_normal((3 * n, first + second), dtype=np.float32)
+    matrix[:, :first] /= np.linalg.norm(matrix[:, :first], axis=1, keepdims=True)
+    matrix[:, first:] /= np.linalg.norm(matrix[:, first:], axis=1, keepdims=True)
+    index = VectorIndex([f"ill-{k // 3}" for k in range(3 * n)], [""] * (3 * n), matrix, "test")
+    full, fast = Passages.of(index, prefilter_from=10**9), Passages.of(index, split=first)
+    assert fast.means is not None and fast.second_means is not None and fast.means.shape[1] == first
+    target = 3 * 1234
+    a, b = np.zeros(first + second, np.float32), np.zeros(first + second, np.float32)
+    a[:first] = matrix[target, :first]  # the first model sees passage 0 of illustration 1234 ...
+    b[first:] = matrix[target + 2, first:]  # ... the second its passage 2
+    for passages in (full, fast):
+        one, two = passages.score_parts(matrix, [a, b])
+        assert int(np.argmax(one)) == int(np.argmax(two)) == 1234
+        assert one[1234] == pytest.approx(1.0, abs=1e-5) and two[1234] == pytest.approx(1.0, abs=1e-5)
+    exact = full.score_parts(matrix, [a, b])
+    assert np.allclose(exact[0], full.best(matrix[:, :first] @ a[:first]), atol=1e-5)
+    assert np.allclose(exact[1], full.best(matrix[:, first:] @ b[first:]), atol=1e-5)

