@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "PostgresServer",
@@ -344,3 +345,14 @@ def create_database(server: PostgresServer, name: str, *options: str) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"createdb {name} failed: {done.stderr}")
     return f"postgresql://postgres@127.0.0.1:{server.port}/{name}"
+
+
+def migrate_postgres_to(conn: Any, version: int) -> None:
+    """Bring an empty database (``conn``, autocommit) to schema ``version`` as an imagesvc of that version left it:
+    for tests of a later migration on a populated older catalog."""
+    from imagesvc.catalog.schema import POSTGRES_MIGRATIONS
+
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    for number, script in enumerate(POSTGRES_MIGRATIONS[:version], 1):
+        conn.execute(script)
+        conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (number,))

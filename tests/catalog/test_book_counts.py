@@ -18,10 +18,10 @@ from typing import Any
 
 from imagesvc.catalog import Catalog
 from imagesvc.catalog import writes as w
-from imagesvc.catalog.schema import MIGRATIONS, POSTGRES_MIGRATIONS, SCHEMA_VERSION
+from imagesvc.catalog.schema import MIGRATIONS, SCHEMA_VERSION
 from tests.catalog.conftest import Backend
 from tests.catalog.test_bulk_writes import TEXTS, _book, _rows
-from tests.servers import create_database
+from tests.servers import create_database, migrate_postgres_to
 
 PER_BOOK = (
     "SELECT b.id, (SELECT count(*) FROM pages p WHERE p.book_id = b.id),"
@@ -221,10 +221,7 @@ def test_an_existing_postgres_catalog_counted_by_two_nodes_migrating_at_once(pos
 
     url = create_database(postgres_server, f"t_{secrets.token_hex(6)}")
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-        for number, script in enumerate(POSTGRES_MIGRATIONS[:10], 1):
-            conn.execute(script)  # type: ignore[arg-type]
-            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (number,))
+        migrate_postgres_to(conn, 10)
         _fill_version_10(_Conn(conn))
     opened: list[PostgresCatalog] = []
     start = time.monotonic() + 0.5

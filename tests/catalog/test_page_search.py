@@ -19,7 +19,7 @@ from imagesvc.catalog import writes as w
 from imagesvc.catalog.schema import MIGRATIONS, POSTGRES_MIGRATIONS
 from imagesvc.catalog.text_fold import MAX_WORDS, query_words
 from tests.catalog.conftest import Backend
-from tests.servers import create_database
+from tests.servers import create_database, migrate_postgres_to
 
 ALL = ["ocr", "translation", "original"]
 NO_IMAGE = {
@@ -180,10 +180,7 @@ def test_an_existing_postgres_catalog_gets_its_pages_indexed_by_the_migration(po
 
     url = create_database(postgres_server, f"t_{secrets.token_hex(6)}")
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-        for number, script in enumerate(POSTGRES_MIGRATIONS[:5], 1):
-            conn.execute(script)  # type: ignore[arg-type]
-            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (number,))
+        migrate_postgres_to(conn, 5)
         conn.execute("INSERT INTO books (id, slug, title, author, language, institution, item_url, source_hash,"
                      " ingested_at) VALUES ('dddd', 'old', 'Old', 'A', 'Hebrew', 'I', 'u', 'h', 'now')")  # fmt: skip
         conn.execute("INSERT INTO pages (id, book_id, number, ocr, translation) VALUES"
