@@ -54,7 +54,7 @@ _DIMS = {"e5": 384, "use": 512, "minilm": 384}
 # min_score mean the same whichever model ranks: MiniLM's cosines are used as they are (a good match 0.5 to 0.7);
 # e5's all lie between about 0.75 and 0.9 (its contrastive training leaves a common direction in every vector), and a
 # good match is 0.84 to 0.9. Chosen on the evaluation set (docs/search.md).
-_SCALE = {"e5": (0.76, 0.16), "use": (0.0, 1.0), "minilm": (0.0, 1.0), "e5+use": (0.76, 0.16)}
+_SCALE = {"e5": (0.76, 0.16), "use": (0.0, 1.0), "minilm": (0.0, 1.0)}
 # ``e5+use``: USE's cosines mapped onto the common scale too, (cosine - shift) / span, so that over the cross-lingual
 # set's queries (benchmarks/search_eval_languages.json, every illustration's best passage) their mean and spread match
 # e5's mapped scores (0.22 and 0.12; USE's raw cosines: 0.14 and 0.105); then the dense score is (1 - w) x e5's + w x
@@ -94,7 +94,8 @@ def model_info(name: str) -> ModelInfo:
     if name == "e5+use":
         first, second = model_info("e5"), model_info("use")
         key = f"{first.key} + {second.key}"
-        return ModelInfo(name, key, first.dims + second.dims, *_SCALE[name], first.dims, SECOND_WEIGHT, *SECOND_SCALE)
+        dims = first.dims + second.dims  # e5's scale is the pair's; USE's columns are mapped by SECOND_SCALE
+        return ModelInfo(name, key, dims, first.shift, first.span, first.dims, SECOND_WEIGHT, *SECOND_SCALE)
     try:
         version = importlib.metadata.version(_PACKAGE[name])
     except importlib.metadata.PackageNotFoundError:
