@@ -294,6 +294,9 @@ def main() -> None:
     parser.add_argument("--nprobe", type=int, default=feature_index.NPROBE, help="inverted lists probed")
     parser.add_argument("--candidates", type=int, default=feature_index.CANDIDATES, help="verified per query")
     parser.add_argument(
+        "--by-pairs", type=int, default=feature_index.BY_PAIRS, help="verified also for their pairs in the best bin"
+    )
+    parser.add_argument(
         "--guided", type=int, default=feature_index.GUIDED_CANDIDATES, help="matched again by position (0: none)"
     )
     parser.add_argument("--expand", type=int, default=feature_index.EXPAND_FROM, help="expanded from (0: none)")
@@ -305,7 +308,7 @@ def main() -> None:
     feature_index.K = args.neighbours
     feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe, None, None)  # build_index uses the default
     feature_index.CANDIDATES = args.candidates
-    feature_index.FeatureIndex.candidates.__defaults__ = (None, args.candidates)
+    feature_index.FeatureIndex.candidates.__defaults__ = (None, args.candidates, args.by_pairs)
     feature_index.GUIDED_CANDIDATES = args.guided
     feature_index.EXPAND_FROM = args.expand
 

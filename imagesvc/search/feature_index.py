@@ -10,12 +10,13 @@ A query's descriptors each find their ``neighbours(count)`` nearest stored descr
 pair votes for its illustration, weighted by closeness and by how rare the hit is (an idf: a descriptor that hits many
 illustrations, a frame corner or a hatch, says little), in the bin of the rotation and change of pyramid level the
 pair implies (each keypoint's ``Features.shape``): a printing's pairs agree on one bin, a look-alike's scatter. Each
-illustration is scored by its best bin, and the ``CANDIDATES`` best are then verified geometrically on that bin's pairs:
+illustration is scored by its best bin, and the ``CANDIDATES`` best (and the ``BY_PAIRS`` with most pairs in their
+best bin: a small crop's pairs are many but weak, so few votes) are then verified geometrically on that bin's pairs:
 RANSAC fits a 4-degree-of-freedom similarity (scale, rotation, shift; ``cv2.estimateAffinePartial2D``) to the
 query-to-stored keypoint pairs, and the pairs that agree with it (inliers) are counted. A printing of the same block
 lines up everywhere; a copy recut by another hand or a picture of the same subject lines up only piecewise, so few pairs
 agree. ``same_block`` needs ``SAME_BLOCK_INLIERS`` pairs within ``TIGHT_PX`` of one homography (``_tight``) and a
-fraction ``SAME_BLOCK_RATIO`` of the best candidate's.
+fraction ``SAME_BLOCK_RATIO`` of the best candidate's, spread over ``SAME_BLOCK_CELLS`` of the query's 4 x 4 cells.
 
 ``FeatureIndex.search`` (what a query runs) adds two steps that read each stored illustration's own descriptors,
 kept beside the index (``desc``, memory-mapped): *guided matching* when no candidate is the same block (a small
@@ -28,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,13 +47,15 @@ TURNS = 16  # bins of the rotation a pair implies (22.5 degrees each) ...
 LEVELS = 17  # ... and of its change of pyramid level (-8 to +8, 1.2x each)
 WINDOW = 3  # bins a pair votes in along each (neighbours included: a pair's own estimate is rough)
 PRESELECT = 4000  # illustrations kept by their total votes before each is scored by its best bin
-CANDIDATES = 400  # verified by RANSAC per query (about 0.4 ms each)
+CANDIDATES = 400  # verified by RANSAC per query (about 0.4 ms each), the best by their votes ...
+BY_PAIRS = 200  # ... and these too, the most by their pairs in the best bin (a crop's pairs are many but weak)
 MIN_PAIRS = 6
 MIN_SCALE = 0.05  # query-to-stored scale of a plausible transform, and its inverse
 RANSAC_PX = 8.0  # reprojection error allowed, pixels of the stored (reduced) illustration
 TIGHT_PX = 2.5  # ... and in the tight fit that decides same_block, pixels of the query (or of the stored, if finer)
 SAME_BLOCK_INLIERS = 12
 SAME_BLOCK_RATIO = 0.2
+SAME_BLOCK_CELLS = 2  # of the query's 4 x 4 cells holding an inlier: agreement over the picture, not in one patch
 EXPAND_FROM = 1  # best same_block illustrations whose own stored features are queried again (0: none)
 EXPAND_CANDIDATES = 50  # verified for such a query: a whole printing's own are at the top (400 cost 30% more)
 GUIDED_CANDIDATES = 20  # when none is same_block: the best candidates matched again, guided by their similarity
@@ -63,6 +67,13 @@ GUIDED_AGREE = 0.4  # of the pairs found by position, the fraction a printing's 
 GUIDED_PAIRS = 20  # a candidate found by guided pairs alone is the same block with this many in the tight fit ...
 GUIDED_CELLS = 12  # ... spread over at least this many of the query's cells (shared lines cover few)
 GUIDED_STRETCH = 1.05  # ... and a fit nearly a similarity (a block of the same subject at another aspect is not)
+GUIDED_FEWER_CELLS = 10  # ... or over this many cells when ...
+GUIDED_STRONG = 15  # ... this many of the pairs are within STRONG_HAMMING bits (same pixels, not shared lines)
+STRONG_HAMMING = 32
+NEAR_PAIRS = 15  # short of that rule, a candidate with this many pairs in the tight fit ...
+NEAR_CELLS = 7  # ... over this many cells (and the same stretch) is the same block when another such one ...
+SIBLING_PAIRS = 60  # ... agrees with it, matched whole to whole through the query, in this many tight pairs ...
+SIBLING_CELLS = 20  # ... over this many of its cells: two printings of one block (different blocks: <= 22 over 9)
 FLAT_UNTIL = 200_000  # descriptors (about 330 illustrations): an exact index below this, an inverted file above
 NPROBE = 8
 TRAIN_PER_LIST = 40  # training descriptors per inverted list (faiss asks for at least 39)
@@ -78,6 +89,31 @@ class Candidate:
     loose: int  # inliers of the similarity fit (RANSAC_PX), before the tight one
     cells: int  # of the query's 4 x 4 grid, those holding an inlier: agreement over the picture, not one patch
     transform: np.ndarray | None  # 2x3, query pixels -> stored pixels
+
+
+class Fit(NamedTuple):
+    """A guided fit of a query to a stored illustration (``_guided_fit``)."""
+
+    proposed: int  # pairs made by position
+    tight: int  # of them, within TIGHT_PX of one homography
+    cells: int  # of the query's GUIDED_GRID x GUIDED_GRID cells holding a tight pair
+    stretch: float  # of the homography at the query's centre (1.0: a similarity)
+    strong: int  # tight pairs whose descriptors differ by at most STRONG_HAMMING bits
+
+    def same_block(self) -> bool:
+        """Whether this fit alone shows the same block (``_guided``)."""
+        return (
+            self.tight >= GUIDED_PAIRS
+            and self.stretch <= GUIDED_STRETCH
+            and (self.cells >= GUIDED_CELLS or (self.cells >= GUIDED_FEWER_CELLS and self.strong >= GUIDED_STRONG))
+        )
+
+    def near(self) -> bool:
+        """Whether it comes close: the same block if a sibling printing agrees (``_siblings``)."""
+        return self.tight >= NEAR_PAIRS and self.cells >= NEAR_CELLS and self.stretch <= GUIDED_STRETCH
+
+
+NO_FIT = Fit(0, 0, 0, math.inf, 0)
 
 
 def _nlist(descriptors: int) -> int:
@@ -139,7 +175,7 @@ class FeatureIndex:
         return n * (32 + 8) + held + 32 * int(getattr(self.index, "nlist", 0))
 
     def candidates(
-        self, query: Features, allowed: np.ndarray | None = None, limit: int = CANDIDATES
+        self, query: Features, allowed: np.ndarray | None = None, limit: int = CANDIDATES, by_pairs: int = BY_PAIRS
     ) -> list[Candidate]:
         """The illustrations that may share a block with ``query``, verified geometrically, most inliers first.
 
@@ -190,6 +226,11 @@ class FeatureIndex:
         first = np.ones(len(qn), bool)
         first[1:] = (qn[1:] != qn[:-1]) | (own[1:] != own[:-1])
         qn, own, kp, d = qn[first], own[first], kp[first], d[first]
+        if by_pairs > 0:
+            count = np.bincount(row[own], minlength=len(pre))
+            count[order] = -1
+            more = np.argsort(-count, kind="stable")[:by_pairs]
+            order = np.concatenate([order, more[count[more] >= MIN_PAIRS]])
         out = []
         for at in order:
             number = int(pre[at])
@@ -224,8 +265,10 @@ class FeatureIndex:
     def search(self, query: Features, allowed: np.ndarray | None = None) -> list[Candidate]:
         """The illustrations printed from the query's block, most pairs first.
 
-        1. ``same_block`` of the query's candidates (pairs from the index's neighbours);
-        2. when none is, the best candidates matched again by position (``_guided``): a small crop;
+        1. ``same_block`` of the query's candidates (pairs from the index's neighbours), each held to the best of
+           them by its pairs found by position (``_confirmed``);
+        2. when none is, the best candidates matched again by position (``_guided``): a small crop; a candidate
+           that comes close counts when another does too and the two are printings of one block (``_siblings``);
         3. *expansion*: the best of them, whole, as a query of its own (its stored features, ``desc``); the
            illustrations it finds to be the same block are listed too when their pairs with the query (guided by
            the transform through the seed) pass the rule of ``same_block`` and most of them agree (``GUIDED_AGREE``).
@@ -237,8 +280,7 @@ class FeatureIndex:
         found = same_block(considered)
         if self.desc is None:
             return found
-        if not found:
-            found = self._guided(query, considered[:GUIDED_CANDIDATES])
+        found = self._confirmed(query, found) if found else self._guided(query, considered[:GUIDED_CANDIDATES])
         if not found or EXPAND_FROM <= 0:
             return found
         seen = {c.number for c in found}
@@ -248,13 +290,13 @@ class FeatureIndex:
                 continue
             mask = np.ones(self.count, bool) if allowed is None else allowed.copy()
             mask[seed.number] = False
-            for c in same_block(self.candidates(self.features_of(seed.number), mask, EXPAND_CANDIDATES)):
+            for c in same_block(self.candidates(self.features_of(seed.number), mask, EXPAND_CANDIDATES, 0)):
                 if c.number in seen or c.transform is None:
                     continue
                 seen.add(c.number)
                 through = _compose(c.transform, seed.transform)  # query -> seed -> this one
-                proposed, tight, cells, _ = _guided_fit(query, self.features_of(c.number), through)
-                more.append(Candidate(c.number, tight, proposed, c.votes, c.loose, cells, through))
+                fit = _guided_fit(query, self.features_of(c.number), through)
+                more.append(Candidate(c.number, fit.tight, fit.proposed, c.votes, c.loose, fit.cells, through))
         if not more:
             return found
         # held to the query as the query's own are, on the same footing (the seed's pairs found by position too): a
@@ -262,7 +304,7 @@ class FeatureIndex:
         seed = found[0]
         best = max(c.inliers for c in found + more)
         if seed.transform is not None:
-            best = max(best, _guided_fit(query, self.features_of(seed.number), seed.transform)[1])
+            best = max(best, _guided_fit(query, self.features_of(seed.number), seed.transform).tight)
         found += [
             c
             for c in more
@@ -273,6 +315,20 @@ class FeatureIndex:
         found.sort(key=lambda c: -c.inliers)  # stable: the query's own order among equals
         return found
 
+    def _confirmed(self, query: Features, found: list[Candidate]) -> list[Candidate]:
+        """Of several ``same_block`` candidates, those whose pairs found by position (``_guided_fit``) are not far
+        fewer than the best one's: the index's pairs are a sample, and a picture of the same subject can draw a few
+        more of them than its share (19 in 3 cells beside a printing's 71, at 10,000 illustrations); by position a
+        printing's pairs then number in the hundreds and the look-alike's in the tens (a ratio under 0.14, every
+        printing's 0.23 or more)."""
+        if len(found) < 2:
+            return found
+        tight = [
+            _guided_fit(query, self.features_of(c.number), c.transform).tight if c.transform is not None else 0
+            for c in found
+        ]
+        return [c for c, t in zip(found, tight, strict=True) if t >= SAME_BLOCK_RATIO * max(tight)]
+
     def _guided(self, query: Features, considered: list[Candidate]) -> list[Candidate]:
         """The best of ``considered`` matched again against its own stored keypoints where its similarity puts
         the query (guided matching: every stored keypoint in the query's footprint, not only the few that came
@@ -282,27 +338,53 @@ class FeatureIndex:
         query, but only a quarter of those pairs come back from the index (generic strokes crowd them out); here
         they are found by position. A block of the same subject agrees along the shared frame and outline only, so
         its pairs fill few of the query's cells, while a printing's fill most of them."""
-        best: tuple[int, int, int, Candidate] | None = None
+        best: tuple[Fit, Candidate] | None = None
+        near: list[tuple[Fit, Candidate]] = []
         for c in considered:
             if c.transform is None:
                 continue
-            proposed, pairs, cells, stretch = _guided_fit(query, self.features_of(c.number), c.transform)
-            if (
-                pairs >= GUIDED_PAIRS
-                and cells >= GUIDED_CELLS
-                and stretch <= GUIDED_STRETCH
-                and (best is None or (cells, pairs) > best[:2])
-            ):
-                best = (cells, pairs, proposed, c)
-        if best is None:
-            return []
-        cells, pairs, proposed, c = best
-        return [Candidate(c.number, pairs, proposed, c.votes, c.loose, cells, c.transform)]
+            fit = _guided_fit(query, self.features_of(c.number), c.transform)
+            if fit.same_block():
+                if best is None or (fit.cells, fit.tight) > (best[0].cells, best[0].tight):
+                    best = (fit, c)
+            elif fit.near():
+                near.append((fit, c))
+        if best is not None:
+            return [_found(*best)]
+        return self._siblings(sorted(near, key=lambda n: (n[0].cells, n[0].tight), reverse=True))
+
+    def _siblings(self, near: list[tuple[Fit, Candidate]]) -> list[Candidate]:
+        """Of the candidates that came close to the guided rule (``near``, best first), the first two that are
+        printings of one block, found by matching them whole to whole through the query (the first's transform
+        undone, the second's applied), else empty.
+
+        A third of each side sometimes holds too little of a printing for one guided fit to be sure, yet two
+        printings of its block both come close; two printings of one block then agree all over (175 or more tight
+        pairs in 37 or more cells at 10,000 illustrations), while two different blocks of one subject agree along
+        their shared frame and outline only (at most 22 pairs, 9 cells). A block of the same subject printed once
+        has no such sibling, which is what keeps its near fit out."""
+        for i, (fit, a) in enumerate(near):
+            if a.transform is None:
+                continue
+            whole = self.features_of(a.number)
+            undo = np.linalg.inv(np.vstack([a.transform, [0.0, 0.0, 1.0]]))[:2]
+            for other_fit, b in near[i + 1 :]:
+                if b.transform is None:
+                    continue
+                agree = _guided_fit(whole, self.features_of(b.number), _compose(b.transform, undo))
+                if agree.tight >= SIBLING_PAIRS and agree.cells >= SIBLING_CELLS:
+                    return [_found(fit, a), _found(other_fit, b)]
+        return []
 
     def _shape_at(self, own: np.ndarray, kp: np.ndarray) -> np.ndarray | None:
         if self.shape is None:
             return None
         return self.shape[self._starts[own] + kp]
+
+
+def _found(fit: Fit, c: Candidate) -> Candidate:
+    """``c`` as found by its guided fit."""
+    return Candidate(c.number, fit.tight, fit.proposed, c.votes, c.loose, fit.cells, c.transform)
 
 
 def _pair_shape(query: Features, stored: np.ndarray | None, qn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -324,7 +406,11 @@ def same_block(found: list[Candidate]) -> list[Candidate]:
     if not found:
         return []
     best = max(c.inliers for c in found)
-    return [c for c in found if c.inliers >= SAME_BLOCK_INLIERS and c.inliers >= SAME_BLOCK_RATIO * best]
+    return [
+        c
+        for c in found
+        if c.inliers >= SAME_BLOCK_INLIERS and c.inliers >= SAME_BLOCK_RATIO * best and c.cells >= SAME_BLOCK_CELLS
+    ]
 
 
 def _ransac(src: np.ndarray, dst: np.ndarray, size: tuple[int, int]) -> tuple[int, int, np.ndarray | None]:
@@ -358,20 +444,21 @@ def _compose(second: np.ndarray, first: np.ndarray) -> np.ndarray:
     return second[:, :2] @ first + np.hstack([np.zeros((2, 2)), second[:, 2:]])
 
 
-def _guided_fit(query: Features, stored: Features, transform: np.ndarray) -> tuple[int, int, int, float]:
+def _guided_fit(query: Features, stored: Features, transform: np.ndarray) -> Fit:
     """Pairs of ``query`` and ``stored`` keypoints that ``transform`` (query -> stored, 2x3) puts within
     ``GUIDED_PX`` of each other with descriptors within ``GUIDED_HAMMING`` bits (one per keypoint on each side, the
-    closest); how many of them lie within ``TIGHT_PX`` of one homography, and in how many of the query's
-    ``GUIDED_GRID``² cells those fall, and how far the homography is from a similarity at the query's centre (the
-    ratio of its stretch along two directions; 1.0: none). The homography then guides a second round (a similarity
-    from a handful of pairs is a little off far from them), and the better round is kept."""
+    closest); how many of them lie within ``TIGHT_PX`` of one homography, in how many of the query's
+    ``GUIDED_GRID``² cells those fall, how far the homography is from a similarity at the query's centre (the
+    ratio of its stretch along two directions; 1.0: none), and how many of those pairs are near twins
+    (``STRONG_HAMMING``). The homography then guides a second round (a similarity from a handful of pairs is a
+    little off far from them), and the better round is kept."""
     scale = float(np.hypot(transform[0, 0], transform[1, 0]))
-    best: tuple[int, int, int, float] = (0, 0, 0, math.inf)
+    best = NO_FIT
     m = np.vstack([transform, [0.0, 0.0, 1.0]])
     for _ in range(GUIDED_ROUNDS):
-        si, qi = _guided_pairs(query, stored, m)
+        si, qi, ham = _guided_pairs(query, stored, m)
         if len(si) < 8:
-            return best if best[1] else (len(si), 0, 0, math.inf)
+            return best if best.tight else NO_FIT._replace(proposed=len(si))
         src, dst = query.xy[qi].astype(np.float32), stored.xy[si].astype(np.float32)
         hom, mask = _homography(src, dst, TIGHT_PX * max(1.0, scale))
         if hom is None:
@@ -381,8 +468,10 @@ def _guided_fit(query: Features, stored: Features, transform: np.ndarray) -> tup
         w, h = query.size
         cx = np.minimum(g - 1, (inside[:, 0] * g / max(1, w)).astype(int))
         cy = np.minimum(g - 1, (inside[:, 1] * g / max(1, h)).astype(int))
-        found = (len(si), len(inside), len(np.unique(cy * g + cx)), _stretch(hom, w / 2, h / 2))
-        if found[1] <= best[1]:
+        cells = len(np.unique(cy * g + cx))
+        strong = int((ham[mask] <= STRONG_HAMMING).sum())
+        found = Fit(len(si), len(inside), cells, _stretch(hom, w / 2, h / 2), strong)
+        if found.tight <= best.tight:
             break
         best, m = found, hom
     return best
@@ -404,14 +493,15 @@ def _homography(src: np.ndarray, dst: np.ndarray, px: float) -> tuple[np.ndarray
     return hom, mask.ravel().astype(bool)
 
 
-def _guided_pairs(query: Features, stored: Features, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Stored and query keypoint numbers paired by position through ``m`` (3x3, query -> stored pixels)."""
+def _guided_pairs(query: Features, stored: Features, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stored and query keypoint numbers paired by position through ``m`` (3x3, query -> stored pixels), and the
+    Hamming distance of each pair's descriptors."""
     s = stored.xy.astype(np.float32)
     w, h = query.size
     try:
         back = np.linalg.inv(m)
     except np.linalg.LinAlgError:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32)
     sq = _project(back, s)  # stored keypoints in query pixels: those inside the query's footprint
     foot = np.nonzero((sq[:, 0] >= 0) & (sq[:, 0] < w) & (sq[:, 1] >= 0) & (sq[:, 1] < h))[0]
     qs = _project(m, query.xy.astype(np.float32))  # query keypoints in stored pixels
@@ -424,7 +514,7 @@ def _guided_pairs(query: Features, stored: Features, m: np.ndarray) -> tuple[np.
         order = np.lexsort((ham, side))
         _, once = np.unique(side[order], return_index=True)
         si, qi, ham = si[order[once]], qi[order[once]], ham[order[once]]
-    return si, qi
+    return si, qi, ham
 
 
 def _near(a: np.ndarray, b: np.ndarray, px: float) -> tuple[np.ndarray, np.ndarray]:
