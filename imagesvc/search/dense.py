@@ -140,7 +140,7 @@ class TextModel:
             return self._model.queries([text])[0]
         assert self.info is not None
         split = self.info.split or self.info.dims
-        both = self._model.queries([text, found.text])[:, :split]  # with two models: the first (e5) only
+        both = text_models.first_queries(self._model, [text, found.text])[:, :split]  # with two: e5's only
         blended = both[0] + np.float32(GLOSS_WEIGHT[found.language]) * both[1]
         out = np.zeros(self.info.dims, np.float32)  # a second model's part stays zero: it ranks alone (``second``)
         out[:split] = blended / max(float(np.linalg.norm(blended)), 1e-12)
@@ -331,58 +331,52 @@ def dot(matrix: np.ndarray, vector: np.ndarray, rows: np.ndarray | None = None) 
         raise IndexError("row out of range")
     out = np.empty(len(picked), np.float32)
     if len(out):
-        faiss.fvec_inner_products_by_idx(
-            faiss.swig_ptr(out),
-            faiss.swig_ptr(vector),
-            faiss.swig_ptr(matrix),
-            faiss.swig_ptr(picked),
-            matrix.shape[1],
-            1,
-            len(out),
-        )
+        # This product is an OpenMP loop over its one query: with faiss's default team (one thread per core) the
+        # other threads wait at its end spinning, which doubled its CPU time on 2 cores (docs/benchmarks.md). One
+        # thread for it, on this thread only (OpenMP's setting is per calling thread), then the setting as it was.
+        before = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)
+        try:
+            faiss.fvec_inner_products_by_idx(
+                faiss.swig_ptr(out),
+                faiss.swig_ptr(vector),
+                faiss.swig_ptr(matrix),
+                faiss.swig_ptr(picked),
+                matrix.shape[1],
+                1,
+                len(out),
+            )
+        finally:
+            faiss.omp_set_num_threads(before)
     return out
 
 
 @dataclass(frozen=True)
 class Passages:
     """Which illustration each row of a text index belongs to: ``ids`` in index order, ``inverse`` row -> id. From
-    ``PREFILTER_FROM`` illustrations on, also each illustration's first row, row count and mean passage vector."""
+    ``PREFILTER_FROM`` illustrations on, also each illustration's first row, row count and mean passage vector (with
+    two models' columns, ``e5+use``, the mean of the first model's columns only: ``split`` says where they end)."""
 
     ids: list[str]
     inverse: np.ndarray
     starts: np.ndarray | None = None
     counts: np.ndarray | None = None
     means: np.ndarray | None = None
-    split: int = 0  # with two models' columns (``e5+use``): ``means`` holds the first's, ``second_means`` the other's
-    second_means: np.ndarray | None = None
+    split: int = 0
 
     @classmethod
     def of(cls, index: VectorIndex, prefilter_from: int = PREFILTER_FROM, split: int = 0) -> Passages:
         where: dict[str, int] = {}
         inverse = np.fromiter((where.setdefault(i, len(where)) for i in index.ids), np.int64, len(index.ids))
         if len(where) < max(1, prefilter_from):
-            return cls(list(where), inverse)
+            return cls(list(where), inverse, split=split)
         starts = np.flatnonzero(np.r_[True, inverse[1:] != inverse[:-1]])
         if len(starts) != len(where):  # an illustration's rows are not contiguous: no prefilter
-            return cls(list(where), inverse)
+            return cls(list(where), inverse, split=split)
         counts = np.diff(np.r_[starts, len(inverse)])
-        means = (np.add.reduceat(index.embeddings, starts, axis=0) / counts[:, None]).astype(np.float32)
-        if split:  # two contiguous blocks: a query part that is zero in one model's columns reads only the other's
-            first, second = np.ascontiguousarray(means[:, :split]), np.ascontiguousarray(means[:, split:])
-            return cls(list(where), inverse, starts, counts, first, split, second)
-        return cls(list(where), inverse, starts, counts, np.ascontiguousarray(means))
-
-    def _mean_scores(self, vector: np.ndarray) -> np.ndarray:
-        """Each illustration's mean passage vector with ``vector``."""
-        assert self.means is not None
-        if not self.split or self.second_means is None:
-            return dot(self.means, vector)
-        head, tail = vector[: self.split], vector[self.split :]
-        if not tail.any():
-            return dot(self.means, np.ascontiguousarray(head))
-        if not head.any():
-            return dot(self.second_means, np.ascontiguousarray(tail))
-        return dot(self.means, np.ascontiguousarray(head)) + dot(self.second_means, np.ascontiguousarray(tail))
+        columns = index.embeddings[:, :split] if split else index.embeddings
+        means = (np.add.reduceat(columns, starts, axis=0) / counts[:, None]).astype(np.float32)
+        return cls(list(where), inverse, starts, counts, np.ascontiguousarray(means), split)
 
     def best(self, scores: np.ndarray) -> np.ndarray:
         """Per illustration, the best of its passages' ``scores``."""
@@ -391,37 +385,52 @@ class Passages:
         return out
 
     def score(self, embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        """Per illustration, the best cosine of its passages with ``vector``. On a large index (``means`` set) only
-        the ``CANDIDATES`` illustrations whose mean passage scores highest get their best passage; the others keep
-        that mean, which is never above their best: one product with a third of the rows instead of all of them
-        (docs/benchmarks.md), at the risk of missing an illustration with one close passage and two far ones."""
-        return self.score_parts(embeddings, [vector])[0]
+        """Per illustration, the best cosine of its passages with ``vector`` (one model's columns). On a large index
+        (``means`` set) only the ``CANDIDATES`` illustrations whose mean passage scores highest get their best
+        passage; the others keep that mean, which is never above their best: one product with a third of the rows
+        instead of all of them (docs/benchmarks.md), at the risk of missing an illustration with one close passage
+        and two far ones."""
+        if self.means is None or self.starts is None or self.counts is None:
+            return self.best(dot(embeddings, vector))
+        out = dot(self.means, np.ascontiguousarray(vector[: self.split or None]))
+        top, rows, offsets = self._candidates(out)
+        out[top] = np.maximum.reduceat(dot(embeddings, vector, rows), offsets)
+        return out
 
     def dense(self, embeddings: np.ndarray, vector: np.ndarray, info: text_models.ModelInfo) -> np.ndarray:
         """Per illustration, the dense score of a query's ``vector`` on the common scale (``text_models._SCALE``);
-        with two models (``e5+use``), each one's best passage, then their weighted mean (``ModelInfo.common``)."""
-        if info.split and vector[info.split :].any():
-            first, second = vector.copy(), vector.copy()
-            first[info.split :], second[: info.split] = 0, 0
-            return info.common(*self.score_parts(embeddings, [first, second]))
-        return info.common(self.score(embeddings, vector))
+        with two models (``e5+use``), each one's best passage, then their weighted mean (``ModelInfo.common``).
 
-    def score_parts(self, embeddings: np.ndarray, vectors: list[np.ndarray]) -> list[np.ndarray]:
-        """``score`` for several query vectors of the same rows (two models' parts of one query, each zero outside
-        its own columns): each one's best passage per illustration. On a large index the candidates are chosen once,
-        by the sum of their means' products."""
-        if self.means is None or self.starts is None or self.counts is None:
-            return [self.best(dot(embeddings, vector)) for vector in vectors]
-        parts = [self._mean_scores(vector) for vector in vectors]
-        out = parts[0] if len(parts) == 1 else np.sum(parts, axis=0)
-        k = min(CANDIDATES, len(out))
-        top = np.sort(np.argpartition(-out, k - 1)[:k])
+        On a large index with two models, the candidates are chosen on the first model's means alone and the
+        second model scores only their passages (``pair_parts``); an illustration outside them keeps the first
+        model's mean, on the common scale, as its dense score."""
+        if not (info.split and vector[info.split :].any()):
+            return info.common(self.score(embeddings, vector))
+        first, second = vector.copy(), vector.copy()  # each model's part, zero in the other's columns
+        first[info.split :], second[: info.split] = 0, 0
+        if self.means is None or self.starts is None or self.counts is None:  # every passage, by each model
+            return info.common(self.best(dot(embeddings, first)), self.best(dot(embeddings, second)))
+        out = dot(self.means, np.ascontiguousarray(vector[: info.split]))
+        top, rows, offsets = self._candidates(out)
+        # Each part reads the candidates' whole rows: the time goes to reaching ~12,000 scattered rows, not to their
+        # width (one product over e5's 384 columns of a 384-column index costs ~4.5 ms, over 896 ~5.2; reading only
+        # each part's columns, as rows of 128 columns, took longer: docs/benchmarks.md).
+        one = np.maximum.reduceat(dot(embeddings, first, rows), offsets)
+        two = np.maximum.reduceat(dot(embeddings, second, rows), offsets)
+        mapped = info.common(out)
+        mapped[top] = info.common(one, two)
+        return mapped
+
+    def _candidates(self, means: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The ``CANDIDATES`` illustrations of highest mean score (in index order), their passages' rows, and where
+        each one's rows start among those."""
+        assert self.starts is not None and self.counts is not None
+        k = min(CANDIDATES, len(means))
+        top = np.sort(np.argpartition(-means, k - 1)[:k])
         starts, counts = self.starts[top], self.counts[top]
         offsets = np.r_[0, np.cumsum(counts)[:-1]]
         rows = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
-        for part, vector in zip(parts, vectors, strict=True):
-            part[top] = np.maximum.reduceat(dot(embeddings, vector, rows), offsets)
-        return parts
+        return top, rows, offsets
 
 
 async def run_text_index(settings: Any, catalog: Any, *, full: bool = False) -> TextIndexSummary | None:
