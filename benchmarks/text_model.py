@@ -22,7 +22,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy's products on one core too, before numpy loads
@@ -36,7 +35,6 @@ from benchmarks.search import query_texts, synthetic  # noqa: E402
 from imagesvc.search.dense import CANDIDATES, Passages, TextModel  # noqa: E402
 from imagesvc.search.fusion import fuse  # noqa: E402
 from imagesvc.search.ranking import Query, rank  # noqa: E402
-from imagesvc.search.text_models import ModelInfo  # noqa: E402
 from imagesvc.search.vectors import VectorIndex  # noqa: E402
 
 __all__ = ["main"]
@@ -61,25 +59,19 @@ def descriptions() -> list[str]:
     return [t for t in out if t]
 
 
-def numpy_two_steps(p: Passages, embeddings: np.ndarray, vector: np.ndarray, info: ModelInfo) -> np.ndarray:
-    """The two-step score with numpy's ``gemv`` and a gather of the candidates' rows (the path before faiss's
-    products); with two models, each one's best passage of the candidates, chosen on the first one's means."""
+def numpy_two_steps(p: Passages, embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """The two-step score as it was before faiss's products: numpy's ``gemv`` and a gather of the candidates' rows."""
     if p.means is None or p.starts is None or p.counts is None:
-        return info.common(p.best(embeddings @ vector))
+        return p.best(embeddings @ vector)
     out = p.means @ vector[: p.split or None]
+    if p.split and p.second_means is not None:  # two models' columns, kept as two blocks of means
+        out += p.second_means @ vector[p.split :]
     top = np.sort(np.argpartition(-out, CANDIDATES - 1)[:CANDIDATES])
     starts, counts = p.starts[top], p.counts[top]
     offsets = np.r_[0, np.cumsum(counts)[:-1]]
     rows = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
-    gathered = embeddings[rows]
-    if not p.split:
-        out[top] = np.maximum.reduceat(gathered @ vector, offsets)
-        return info.common(out)
-    one = np.maximum.reduceat(gathered[:, : p.split] @ vector[: p.split], offsets)
-    two = np.maximum.reduceat(gathered[:, p.split :] @ vector[p.split :], offsets)
-    mapped = info.common(out)
-    mapped[top] = info.common(one, two)
-    return mapped
+    out[top] = np.maximum.reduceat(embeddings[rows] @ vector, offsets)
+    return out
 
 
 def latin_hebrew(count: int) -> list[str]:
@@ -118,19 +110,19 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
     scan = Passages.of(index, prefilter_from=10**12)  # every passage scored: the exhaustive reference
     plain = Query(max_per_book=3, limit=20)
 
-    # raw cosines: the random vectors' cosines (about 0) would all fall below the dense floor on e5's common scale,
-    # and nothing would be ranked; with two models, still each one's best passage and their weighted mean
-    raw = replace(info, shift=0.0, span=1.0, second_shift=0.0, second_span=1.0)
-
     def numpy_scan(embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        if not info.split:
-            return scan.best(embeddings @ vector)
-        one = scan.best(embeddings[:, : info.split] @ vector[: info.split])
-        return raw.common(one, scan.best(embeddings[:, info.split :] @ vector[info.split :]))
+        return scan.best(embeddings @ vector)
 
     def dense(embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        """What DenseText.scores does (``Passages.dense``), on raw cosines."""
-        return passages.dense(embeddings, vector, raw)
+        """What DenseText.scores does, but on raw cosines: the random vectors' cosines (about 0) would all fall below
+        the dense floor on e5's common scale, and nothing would be ranked. With two models: each one's best passage,
+        then their weighted mean (``Passages.dense``)."""
+        if info.split:
+            first, second = vector.copy(), vector.copy()
+            first[info.split :], second[: info.split] = 0, 0
+            one, two = passages.score_parts(embeddings, [first, second])
+            return (1 - np.float32(info.second_weight)) * one + np.float32(info.second_weight) * two
+        return passages.score(embeddings, vector)
 
     def query(vector: np.ndarray, score=dense) -> list[int]:
         best = score(index.embeddings, vector)
@@ -138,7 +130,7 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
         return rank(table, plain, None, None, fused).rows
 
     def legacy(vector: np.ndarray) -> list[int]:
-        return query(vector, lambda e, v: numpy_two_steps(passages, e, v, raw))
+        return query(vector, lambda e, v: numpy_two_steps(passages, e, v))
 
     encode_ms, query_ms, query_cpu, legacy_cpu, scan_cpu, shared, first = [], [], [], [], [], [], []
     query(model.query(next(texts)))

@@ -354,29 +354,44 @@ def dot(matrix: np.ndarray, vector: np.ndarray, rows: np.ndarray | None = None) 
 @dataclass(frozen=True)
 class Passages:
     """Which illustration each row of a text index belongs to: ``ids`` in index order, ``inverse`` row -> id. From
-    ``PREFILTER_FROM`` illustrations on, also each illustration's first row, row count and mean passage vector (with
-    two models' columns, ``e5+use``, the mean of the first model's columns only: ``split`` says where they end)."""
+    ``PREFILTER_FROM`` illustrations on, also each illustration's first row, row count and mean passage vector."""
 
     ids: list[str]
     inverse: np.ndarray
     starts: np.ndarray | None = None
     counts: np.ndarray | None = None
     means: np.ndarray | None = None
-    split: int = 0
+    split: int = 0  # with two models' columns (``e5+use``): ``means`` holds the first's, ``second_means`` the other's
+    second_means: np.ndarray | None = None
 
     @classmethod
-    def of(cls, index: VectorIndex, prefilter_from: int = PREFILTER_FROM, split: int = 0) -> Passages:
+    def of(cls, index: VectorIndex, prefilter_from: int | None = None, split: int = 0) -> Passages:
+        """``prefilter_from`` defaults to ``PREFILTER_FROM`` as it is when called."""
         where: dict[str, int] = {}
         inverse = np.fromiter((where.setdefault(i, len(where)) for i in index.ids), np.int64, len(index.ids))
-        if len(where) < max(1, prefilter_from):
-            return cls(list(where), inverse, split=split)
+        if len(where) < max(1, PREFILTER_FROM if prefilter_from is None else prefilter_from):
+            return cls(list(where), inverse)
         starts = np.flatnonzero(np.r_[True, inverse[1:] != inverse[:-1]])
         if len(starts) != len(where):  # an illustration's rows are not contiguous: no prefilter
-            return cls(list(where), inverse, split=split)
+            return cls(list(where), inverse)
         counts = np.diff(np.r_[starts, len(inverse)])
-        columns = index.embeddings[:, :split] if split else index.embeddings
-        means = (np.add.reduceat(columns, starts, axis=0) / counts[:, None]).astype(np.float32)
-        return cls(list(where), inverse, starts, counts, np.ascontiguousarray(means), split)
+        means = (np.add.reduceat(index.embeddings, starts, axis=0) / counts[:, None]).astype(np.float32)
+        if split:  # two contiguous blocks: a query part that is zero in one model's columns reads only the other's
+            first, second = np.ascontiguousarray(means[:, :split]), np.ascontiguousarray(means[:, split:])
+            return cls(list(where), inverse, starts, counts, first, split, second)
+        return cls(list(where), inverse, starts, counts, np.ascontiguousarray(means))
+
+    def _mean_scores(self, vector: np.ndarray) -> np.ndarray:
+        """Each illustration's mean passage vector with ``vector``."""
+        assert self.means is not None
+        if not self.split or self.second_means is None:
+            return dot(self.means, vector)
+        head, tail = vector[: self.split], vector[self.split :]
+        if not tail.any():
+            return dot(self.means, np.ascontiguousarray(head))
+        if not head.any():
+            return dot(self.second_means, np.ascontiguousarray(tail))
+        return dot(self.means, np.ascontiguousarray(head)) + dot(self.second_means, np.ascontiguousarray(tail))
 
     def best(self, scores: np.ndarray) -> np.ndarray:
         """Per illustration, the best of its passages' ``scores``."""
@@ -385,52 +400,37 @@ class Passages:
         return out
 
     def score(self, embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        """Per illustration, the best cosine of its passages with ``vector`` (one model's columns). On a large index
-        (``means`` set) only the ``CANDIDATES`` illustrations whose mean passage scores highest get their best
-        passage; the others keep that mean, which is never above their best: one product with a third of the rows
-        instead of all of them (docs/benchmarks.md), at the risk of missing an illustration with one close passage
-        and two far ones."""
-        if self.means is None or self.starts is None or self.counts is None:
-            return self.best(dot(embeddings, vector))
-        out = dot(self.means, np.ascontiguousarray(vector[: self.split or None]))
-        top, rows, offsets = self._candidates(out)
-        out[top] = np.maximum.reduceat(dot(embeddings, vector, rows), offsets)
-        return out
+        """Per illustration, the best cosine of its passages with ``vector``. On a large index (``means`` set) only
+        the ``CANDIDATES`` illustrations whose mean passage scores highest get their best passage; the others keep
+        that mean, which is never above their best: one product with a third of the rows instead of all of them
+        (docs/benchmarks.md), at the risk of missing an illustration with one close passage and two far ones."""
+        return self.score_parts(embeddings, [vector])[0]
 
     def dense(self, embeddings: np.ndarray, vector: np.ndarray, info: text_models.ModelInfo) -> np.ndarray:
         """Per illustration, the dense score of a query's ``vector`` on the common scale (``text_models._SCALE``);
-        with two models (``e5+use``), each one's best passage, then their weighted mean (``ModelInfo.common``).
+        with two models (``e5+use``), each one's best passage, then their weighted mean (``ModelInfo.common``)."""
+        if info.split and vector[info.split :].any():
+            first, second = vector.copy(), vector.copy()
+            first[info.split :], second[: info.split] = 0, 0
+            return info.common(*self.score_parts(embeddings, [first, second]))
+        return info.common(self.score(embeddings, vector))
 
-        On a large index with two models, the candidates are chosen on the first model's means alone and the
-        second model scores only their passages (``pair_parts``); an illustration outside them keeps the first
-        model's mean, on the common scale, as its dense score."""
-        if not (info.split and vector[info.split :].any()):
-            return info.common(self.score(embeddings, vector))
-        first, second = vector.copy(), vector.copy()  # each model's part, zero in the other's columns
-        first[info.split :], second[: info.split] = 0, 0
-        if self.means is None or self.starts is None or self.counts is None:  # every passage, by each model
-            return info.common(self.best(dot(embeddings, first)), self.best(dot(embeddings, second)))
-        out = dot(self.means, np.ascontiguousarray(vector[: info.split]))
-        top, rows, offsets = self._candidates(out)
-        # Each part reads the candidates' whole rows: the time goes to reaching ~12,000 scattered rows, not to their
-        # width (one product over e5's 384 columns of a 384-column index costs ~4.5 ms, over 896 ~5.2; reading only
-        # each part's columns, as rows of 128 columns, took longer: docs/benchmarks.md).
-        one = np.maximum.reduceat(dot(embeddings, first, rows), offsets)
-        two = np.maximum.reduceat(dot(embeddings, second, rows), offsets)
-        mapped = info.common(out)
-        mapped[top] = info.common(one, two)
-        return mapped
-
-    def _candidates(self, means: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The ``CANDIDATES`` illustrations of highest mean score (in index order), their passages' rows, and where
-        each one's rows start among those."""
-        assert self.starts is not None and self.counts is not None
-        k = min(CANDIDATES, len(means))
-        top = np.sort(np.argpartition(-means, k - 1)[:k])
+    def score_parts(self, embeddings: np.ndarray, vectors: list[np.ndarray]) -> list[np.ndarray]:
+        """``score`` for several query vectors of the same rows (two models' parts of one query, each zero outside
+        its own columns): each one's best passage per illustration. On a large index the candidates are chosen once,
+        by the sum of their means' products."""
+        if self.means is None or self.starts is None or self.counts is None:
+            return [self.best(dot(embeddings, vector)) for vector in vectors]
+        parts = [self._mean_scores(vector) for vector in vectors]
+        out = parts[0] if len(parts) == 1 else np.sum(parts, axis=0)
+        k = min(CANDIDATES, len(out))
+        top = np.sort(np.argpartition(-out, k - 1)[:k])
         starts, counts = self.starts[top], self.counts[top]
         offsets = np.r_[0, np.cumsum(counts)[:-1]]
         rows = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
-        return top, rows, offsets
+        for part, vector in zip(parts, vectors, strict=True):
+            part[top] = np.maximum.reduceat(dot(embeddings, vector, rows), offsets)
+        return parts
 
 
 async def run_text_index(settings: Any, catalog: Any, *, full: bool = False) -> TextIndexSummary | None:

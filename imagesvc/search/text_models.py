@@ -242,7 +242,8 @@ class _Pair:
         return np.hstack([self._first.queries(texts), self._second.queries(texts)])
 
     def first_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """e5's part alone (a glossed query is ranked by e5 only: USE's encode of it would be thrown away)."""
+        """e5's part alone (a glossed query is ranked by e5 only: USE's encode of it would be thrown away, and
+        USE's first encode also reads its tokenizer and weights, ~1 s of CPU)."""
         return self._first.queries(texts)
 
     def passages(self, texts: Sequence[str]) -> np.ndarray:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from imagesvc.search.dense import CANDIDATES, Passages, dot
-from imagesvc.search.text_models import ModelInfo
+from imagesvc.search.dense import Passages, dot
 from imagesvc.search.vectors import VectorIndex
 
 
@@ -47,35 +46,27 @@ def test_the_product_is_numpys_for_every_layout_and_refuses_rows_out_of_range() 
 
 
 def test_two_models_columns_are_scored_each_by_its_own_best_passage() -> None:
-    """``e5+use`` rows hold two models' vectors side by side; a query's dense score is the weighted mean of each
-    model's best passage per illustration, which may be two different passages. On a large index the candidates are
-    chosen on the first model's means alone (only its columns are averaged) and the second model scores only their
-    passages (the others keep the first model's mean); the best match is still the one an exhaustive scan finds,
-    with the same score."""
+    """``e5+use`` rows hold two models' vectors side by side; a query's two parts (each zero outside its columns) get
+    each one's best passage per illustration, which may be two different passages, and the prefilter keeps it."""
     rng = np.random.default_rng(11)
     n, first, second = 60_000, 32, 48
     matrix = rng.standard_normal((3 * n, first + second), dtype=np.float32)
     matrix[:, :first] /= np.linalg.norm(matrix[:, :first], axis=1, keepdims=True)
     matrix[:, first:] /= np.linalg.norm(matrix[:, first:], axis=1, keepdims=True)
     index = VectorIndex([f"ill-{k // 3}" for k in range(3 * n)], [""] * (3 * n), matrix, "test")
-    full, fast = Passages.of(index, prefilter_from=10**9, split=first), Passages.of(index, split=first)
-    assert fast.means is not None and fast.means.shape == (n, first)  # the second model's columns are not averaged
-    info = ModelInfo("pair", "test", first + second, split=first, second_weight=0.5)
-    for target in (3 * 1234, 3 * 4321 + 1):
-        vector = np.zeros(first + second, np.float32)
-        vector[:first] = matrix[target, :first]  # the first model sees one passage of the illustration ...
-        vector[first:] = matrix[target - target % 3 + 2, first:]  # ... the second its passage 2
-        exact, quick = full.dense(matrix, vector, info), fast.dense(matrix, vector, info)
-        one = full.best(matrix[:, :first] @ vector[:first])
-        two = full.best(matrix[:, first:] @ vector[first:])
-        assert np.allclose(exact, 0.5 * one + 0.5 * two, atol=1e-5)
-        assert int(np.argmax(exact)) == int(np.argmax(quick)) == target // 3
-        assert quick[target // 3] == pytest.approx(1.0, abs=1e-5) == exact[target // 3]
-        # the candidates (the first model's best means) are scored exactly; the others keep the first model's mean
-        assert np.isclose(quick, exact, atol=1e-5).sum() >= CANDIDATES
-        means = fast.means @ vector[:first]
-        others = ~np.isclose(quick, exact, atol=1e-5)
-        assert np.allclose(quick[others], means[others], atol=1e-5)
+    full, fast = Passages.of(index, prefilter_from=10**9), Passages.of(index, split=first)
+    assert fast.means is not None and fast.second_means is not None and fast.means.shape[1] == first
+    target = 3 * 1234
+    a, b = np.zeros(first + second, np.float32), np.zeros(first + second, np.float32)
+    a[:first] = matrix[target, :first]  # the first model sees passage 0 of illustration 1234 ...
+    b[first:] = matrix[target + 2, first:]  # ... the second its passage 2
+    for passages in (full, fast):
+        one, two = passages.score_parts(matrix, [a, b])
+        assert int(np.argmax(one)) == int(np.argmax(two)) == 1234
+        assert one[1234] == pytest.approx(1.0, abs=1e-5) and two[1234] == pytest.approx(1.0, abs=1e-5)
+    exact = full.score_parts(matrix, [a, b])
+    assert np.allclose(exact[0], full.best(matrix[:, :first] @ a[:first]), atol=1e-5)
+    assert np.allclose(exact[1], full.best(matrix[:, first:] @ b[first:]), atol=1e-5)
 
 
 def test_the_row_product_leaves_faiss_thread_setting_as_it_was() -> None:
