@@ -1,6 +1,6 @@
 """From `imagesvc serve` to dense text search answering, and what a serving worker holds with the text model loaded.
 
-    python benchmarks/text_startup.py --data DIR [--runs 3] [--workers 1] [--text-model e5]
+    python benchmarks/text_startup.py --data DIR [--runs 3] [--workers 1] [--text-model e5] [--query TEXT]
 
 ``DIR`` is an ingested data dir whose text index is current (`imagesvc demo` builds one; so does `imagesvc index`).
 Each run starts `imagesvc serve` with ``--workers`` workers (1: in the one process; more: under gunicorn's master, as
@@ -65,7 +65,7 @@ def worker_pid(proc: subprocess.Popen, workers: int) -> int:
     return int(children[0]) if children else proc.pid
 
 
-def run(data: Path, workers: int = 1, text_model: str = "e5") -> dict[str, float | bool]:
+def run(data: Path, workers: int = 1, text_model: str = "e5", text: str = QUERY) -> dict[str, float | bool]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
     env |= {"IMAGESVC_DATA_DIR": str(data), "IMAGESVC_PORT": str(port), "IMAGESVC_SERVE_WORKERS": str(workers)}
@@ -78,7 +78,7 @@ def run(data: Path, workers: int = 1, text_model: str = "e5") -> dict[str, float
     try:
         health = dense = None
         health_cpu = float("nan")
-        query = f"{base}/api/gallery?" + urllib.parse.urlencode({"q": QUERY, "maxPerBook": 1000})
+        query = f"{base}/api/gallery?" + urllib.parse.urlencode({"q": text, "maxPerBook": 1000})
         while dense is None and time.perf_counter() - started < 120:
             if health is None:
                 if get(f"{base}/health") is not None:
@@ -112,9 +112,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1, help="serving workers (`make run`: one per core)")
     parser.add_argument("--text-model", default="e5", help="IMAGESVC_TEXT_MODEL (its text index must be current)")
+    parser.add_argument(
+        "--query", default=QUERY, help="the query polled (default Hebrew, glossed: ranked by e5 alone even with e5+use)"
+    )
     args = parser.parse_args()
     print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, {args.workers} workers")
-    runs = [run(args.data, args.workers, args.text_model) for _ in range(args.runs)]
+    runs = [run(args.data, args.workers, args.text_model, args.query) for _ in range(args.runs)]
     print(
         "| run | /health s | CPU s to /health (master and a worker) | dense search s | worker RSS MB | peak RSS MB "
         "| torch mapped |\n|---|---|---|---|---|---|---|"

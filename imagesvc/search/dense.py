@@ -140,7 +140,7 @@ class TextModel:
             return self._model.queries([text])[0]
         assert self.info is not None
         split = self.info.split or self.info.dims
-        both = self._model.queries([text, found.text])[:, :split]  # with two models: the first (e5) only
+        both = text_models.first_queries(self._model, [text, found.text])[:, :split]  # with two: e5's only
         blended = both[0] + np.float32(GLOSS_WEIGHT[found.language]) * both[1]
         out = np.zeros(self.info.dims, np.float32)  # a second model's part stays zero: it ranks alone (``second``)
         out[:split] = blended / max(float(np.linalg.norm(blended)), 1e-12)
@@ -331,15 +331,23 @@ def dot(matrix: np.ndarray, vector: np.ndarray, rows: np.ndarray | None = None) 
         raise IndexError("row out of range")
     out = np.empty(len(picked), np.float32)
     if len(out):
-        faiss.fvec_inner_products_by_idx(
-            faiss.swig_ptr(out),
-            faiss.swig_ptr(vector),
-            faiss.swig_ptr(matrix),
-            faiss.swig_ptr(picked),
-            matrix.shape[1],
-            1,
-            len(out),
-        )
+        # This product is an OpenMP loop over its one query: with faiss's default team (one thread per core) the
+        # other threads wait at its end spinning, which doubled its CPU time on 2 cores (docs/benchmarks.md). One
+        # thread for it, on this thread only (OpenMP's setting is per calling thread), then the setting as it was.
+        before = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)
+        try:
+            faiss.fvec_inner_products_by_idx(
+                faiss.swig_ptr(out),
+                faiss.swig_ptr(vector),
+                faiss.swig_ptr(matrix),
+                faiss.swig_ptr(picked),
+                matrix.shape[1],
+                1,
+                len(out),
+            )
+        finally:
+            faiss.omp_set_num_threads(before)
     return out
 
 
@@ -357,10 +365,11 @@ class Passages:
     second_means: np.ndarray | None = None
 
     @classmethod
-    def of(cls, index: VectorIndex, prefilter_from: int = PREFILTER_FROM, split: int = 0) -> Passages:
+    def of(cls, index: VectorIndex, prefilter_from: int | None = None, split: int = 0) -> Passages:
+        """``prefilter_from`` defaults to ``PREFILTER_FROM`` as it is when called."""
         where: dict[str, int] = {}
         inverse = np.fromiter((where.setdefault(i, len(where)) for i in index.ids), np.int64, len(index.ids))
-        if len(where) < max(1, prefilter_from):
+        if len(where) < max(1, PREFILTER_FROM if prefilter_from is None else prefilter_from):
             return cls(list(where), inverse)
         starts = np.flatnonzero(np.r_[True, inverse[1:] != inverse[:-1]])
         if len(starts) != len(where):  # an illustration's rows are not contiguous: no prefilter

@@ -31,7 +31,18 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["CHOICES", "CPUINFO", "Backend", "ModelInfo", "choose", "cpu_flags", "load", "model_info", "problem"]
+__all__ = [
+    "CHOICES",
+    "CPUINFO",
+    "Backend",
+    "ModelInfo",
+    "choose",
+    "cpu_flags",
+    "first_queries",
+    "load",
+    "model_info",
+    "problem",
+]
 
 CPUINFO = Path("/proc/cpuinfo")
 CHOICES = ("e5", "use", "minilm", "e5+use")
@@ -230,8 +241,18 @@ class _Pair:
     def queries(self, texts: Sequence[str]) -> np.ndarray:
         return np.hstack([self._first.queries(texts), self._second.queries(texts)])
 
+    def first_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """e5's part alone (a glossed query is ranked by e5 only: USE's encode of it would be thrown away, and
+        USE's first encode also reads its tokenizer and weights, ~1 s of CPU)."""
+        return self._first.queries(texts)
+
     def passages(self, texts: Sequence[str]) -> np.ndarray:
         return np.hstack([self._first.passages(texts), self._second.passages(texts)])
+
+
+def first_queries(backend: Backend, texts: Sequence[str]) -> np.ndarray:
+    """Query vectors of the first model alone: with ``e5+use``, e5's columns; with one model, all of them."""
+    return backend.first_queries(texts) if isinstance(backend, _Pair) else backend.queries(texts)
 
 
 def load(name: str, threads: int) -> Backend:

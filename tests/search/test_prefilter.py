@@ -67,3 +67,17 @@ def test_two_models_columns_are_scored_each_by_its_own_best_passage() -> None:
     exact = full.score_parts(matrix, [a, b])
     assert np.allclose(exact[0], full.best(matrix[:, :first] @ a[:first]), atol=1e-5)
     assert np.allclose(exact[1], full.best(matrix[:, first:] @ b[first:]), atol=1e-5)
+
+
+def test_the_row_product_leaves_faiss_thread_setting_as_it_was() -> None:
+    """The product by row index runs on one OpenMP thread (a team of spinning threads doubled its CPU time), and
+    the calling thread's own setting is put back: another faiss user on the thread still gets its team."""
+    faiss = pytest.importorskip("faiss")
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(3)
+    try:
+        matrix = np.ones((10, 8), np.float32)
+        assert dot(matrix, np.ones(8, np.float32), np.array([1, 2])).tolist() == [8.0, 8.0]
+        assert faiss.omp_get_max_threads() == 3
+    finally:
+        faiss.omp_set_num_threads(before)
