@@ -2,7 +2,8 @@
 index memory and indexing CPU per illustration, over a generated library of woodcut-like illustrations
 (``fixtures/woodcuts.py``), beside the former pHash-window brute force on a subset measured in the same run.
 
-Usage: python3 benchmarks/image_search.py [--size 20000] [--queries 30] [--reference 600] [--workers N]
+Usage: python3 benchmarks/image_search.py [--size 20000] [--queries 30] [--skip 0] [--degradations crop33,...]
+       [--reference 600] [--workers N] [--by-pairs 200]
        [--neighbours 0] [--nprobe 8] [--candidates 400] [--guided 20] [--expand 1] [--cache DIR]
 
 Needs numpy, Pillow, opencv-python-headless and faiss-cpu only (nothing of the service's serving stack), so it runs
@@ -286,6 +287,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=20_000)
     parser.add_argument("--queries", type=int, default=30, help="query printings per degradation")
+    parser.add_argument("--skip", type=int, default=0, help="query printings passed over first (another query set)")
+    parser.add_argument(
+        "--degradations", default=",".join(DEGRADATIONS), help="comma-separated, of " + ", ".join(DEGRADATIONS)
+    )
     parser.add_argument("--reference", type=int, default=600, help="illustrations in the brute-force subset")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
@@ -304,6 +309,9 @@ def main() -> None:
         "--cache", type=Path, help="keep the extracted features and the built index here, reused by a later run"
     )
     args = parser.parse_args()
+    hows = [h for h in args.degradations.split(",") if h]
+    if unknown := set(hows) - set(DEGRADATIONS):
+        parser.error(f"unknown degradations {sorted(unknown)}: choose among {', '.join(DEGRADATIONS)}")
 
     feature_index.K = args.neighbours
     feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe, None, None)  # build_index uses the default
@@ -340,11 +348,11 @@ def main() -> None:
         index.index.nprobe = args.nprobe
 
     # queries on the whole library
-    queries = _query_set(lib, args.queries, 1)
-    rows: dict[str, list[tuple[float, int, int, float, float]]] = {h: [] for h in DEGRADATIONS}
+    queries = _query_set(lib, args.skip + args.queries, 1)[args.skip :]
+    rows: dict[str, list[tuple[float, int, int, float, float]]] = {h: [] for h in hows}
     recut_flagged = 0
     t = time.perf_counter()
-    wanted = [(q.number, how) for q in queries for how in DEGRADATIONS]
+    wanted = [(q.number, how) for q in queries for how in hows]
     with ProcessPoolExecutor(args.workers) as pool:
         made = pool.map(_degrade, [(lib[n], size, how) for n, how in wanted], chunksize=4)
         pictures = dict(zip(wanted, made, strict=True))
@@ -382,19 +390,19 @@ def main() -> None:
         hashes = np.concatenate([ref.window_hashes(t, boxes) for t in thumbs])
         owner = np.repeat(np.arange(len(members)), len(boxes))
         hash_cpu = (time.process_time() - c0) / len(members)
-        old_rows: dict[str, list[tuple[float, int, int, float, float]]] = {h: [] for h in DEGRADATIONS}
-        new_rows: dict[str, list[tuple[float, int, int, float, float]]] = {h: [] for h in DEGRADATIONS}
+        old_rows: dict[str, list[tuple[float, int, int, float, float]]] = {h: [] for h in hows}
+        new_rows: dict[str, list[tuple[float, int, int, float, float]]] = {h: [] for h in hows}
         # the brute force takes seconds a query: its queries run side by side on the workers (each on one core,
         # timed in its process), the hashes and thumbnails inherited from this process when the pool forks
         _REFERENCE.update(hashes=hashes, owner=owner, count=len(members), thumbs=thumbs, boxes=boxes, qboxes=qboxes)
         t = time.perf_counter()
         with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            cases = [(q.number, how) for q in sub_q for how in DEGRADATIONS]
+            cases = [(q.number, how) for q in sub_q for how in hows]
             old = dict(zip(cases, pool.map(_old_timed, [pictures[c] for c in cases]), strict=True))
         print(f"reference: {len(cases)} brute-force queries in {time.perf_counter() - t:.0f}s", flush=True)
         for q in sub_q:
             truth = {at[n] for n in blocks[q.block]}
-            for how in DEGRADATIONS:
+            for how in hows:
                 picture = pictures[(q.number, how)]
                 found, wall, cpu = old[(q.number, how)]
                 old_rows[how].append((*_score(found, truth), wall, cpu))
