@@ -109,6 +109,11 @@ class Fit(NamedTuple):
             and (self.cells >= GUIDED_CELLS or (self.cells >= GUIDED_FEWER_CELLS and self.strong >= GUIDED_STRONG))
         )
 
+    def sibling(self) -> bool:
+        """Whether a whole printing fitted to another agrees with it as two printings of one block do
+        (``SIBLING_PAIRS`` over ``SIBLING_CELLS``; two different blocks of one subject: at most 22 over 9)."""
+        return self.tight >= SIBLING_PAIRS and self.cells >= SIBLING_CELLS
+
     def near(self) -> bool:
         """Whether it comes close: the same block if a sibling printing agrees (``_siblings``)."""
         return self.tight >= NEAR_PAIRS and self.cells >= NEAR_CELLS and self.stretch <= GUIDED_STRETCH
@@ -281,7 +286,11 @@ class FeatureIndex:
         found = same_block(considered)
         if self.desc is None:
             return found
-        found = self._confirmed(query, found) if found else self._guided(query, considered[:GUIDED_CANDIDATES])
+        fits: dict[int, Fit] = {}  # guided fits to the query by the candidates' own transforms, each made once
+        if found:
+            found = self._confirmed(query, found, fits)
+        else:
+            found = self._guided(query, considered[:GUIDED_CANDIDATES], fits)
         if not found or EXPAND_FROM <= 0:
             return found
         seen = {c.number for c in found}
@@ -306,7 +315,9 @@ class FeatureIndex:
         seed = found[0]
         best = max(c.inliers for c in found + more)
         if seed.transform is not None:
-            best = max(best, _guided_fit(query, self.features_of(seed.number), seed.transform).tight)
+            if seed.number not in fits:
+                fits[seed.number] = _guided_fit(query, self.features_of(seed.number), seed.transform)
+            best = max(best, fits[seed.number].tight)
         found += [
             c
             for c in more
@@ -329,25 +340,26 @@ class FeatureIndex:
             if c.number in known or c.transform is None:
                 continue
             agree = _guided_fit(whole, self.features_of(c.number), c.transform)
-            if agree.tight >= SIBLING_PAIRS and agree.cells >= SIBLING_CELLS:
+            if agree.sibling():
                 found.append(c)
         return found
 
-    def _confirmed(self, query: Features, found: list[Candidate]) -> list[Candidate]:
+    def _confirmed(self, query: Features, found: list[Candidate], fits: dict[int, Fit]) -> list[Candidate]:
         """Of several ``same_block`` candidates, those whose pairs found by position (``_guided_fit``) are not far
         fewer than the best one's: the index's pairs are a sample, and a picture of the same subject can draw a few
         more of them than its share (19 in 3 cells beside a printing's 71, at 10,000 illustrations); by position a
         printing's pairs then number in the hundreds and the look-alike's in the tens (a ratio under 0.14, every
-        printing's 0.23 or more)."""
+        printing's 0.23 or more). The fits made are kept in ``fits``."""
         if len(found) < 2:
             return found
-        tight = [
-            _guided_fit(query, self.features_of(c.number), c.transform).tight if c.transform is not None else 0
-            for c in found
-        ]
+        tight = []
+        for c in found:
+            if c.transform is not None:
+                fits[c.number] = _guided_fit(query, self.features_of(c.number), c.transform)
+            tight.append(fits[c.number].tight if c.transform is not None else 0)
         return [c for c, t in zip(found, tight, strict=True) if t >= SAME_BLOCK_RATIO * max(tight)]
 
-    def _guided(self, query: Features, considered: list[Candidate]) -> list[Candidate]:
+    def _guided(self, query: Features, considered: list[Candidate], fits: dict[int, Fit]) -> list[Candidate]:
         """The best of ``considered`` matched again against its own stored keypoints where its similarity puts
         the query (guided matching: every stored keypoint in the query's footprint, not only the few that came
         back among the index's neighbours), as a list of one when it is the same block, else empty.
@@ -355,13 +367,14 @@ class FeatureIndex:
         A third of each side of a printing holds ~70 of its stored keypoints, about half of which pair with the
         query, but only a quarter of those pairs come back from the index (generic strokes crowd them out); here
         they are found by position. A block of the same subject agrees along the shared frame and outline only, so
-        its pairs fill few of the query's cells, while a printing's fill most of them."""
+        its pairs fill few of the query's cells, while a printing's fill most of them. The fits made are kept in
+        ``fits``."""
         best: tuple[Fit, Candidate] | None = None
         near: list[tuple[Fit, Candidate]] = []
         for c in considered:
             if c.transform is None:
                 continue
-            fit = _guided_fit(query, self.features_of(c.number), c.transform)
+            fit = fits[c.number] = _guided_fit(query, self.features_of(c.number), c.transform)
             if fit.same_block():
                 if best is None or (fit.cells, fit.tight) > (best[0].cells, best[0].tight):
                     best = (fit, c)
@@ -390,7 +403,7 @@ class FeatureIndex:
                 if b.transform is None:
                     continue
                 agree = _guided_fit(whole, self.features_of(b.number), _compose(b.transform, undo))
-                if agree.tight >= SIBLING_PAIRS and agree.cells >= SIBLING_CELLS:
+                if agree.sibling():
                     return [_found(fit, a), _found(other_fit, b)]
         return []
 
