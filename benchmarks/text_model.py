@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy's products on one core too, before numpy loads
@@ -109,20 +110,23 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
     passages = Passages.of(index, split=info.split)  # two steps from PREFILTER_FROM on (dense.Passages.score)
     scan = Passages.of(index, prefilter_from=10**12)  # every passage scored: the exhaustive reference
     plain = Query(max_per_book=3, limit=20)
+    # raw cosines, each model at its weight; two models' weighted mean doubled, so that the best of random vectors
+    # reach the dense floor as one model's raw cosines do, and the page ranked is not empty
+    span = 0.5 if info.split else 1.0
+    raw = replace(info, shift=0.0, span=span, second_shift=0.0, second_span=span)
 
     def numpy_scan(embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        if info.split:  # each model's best passage, then their weighted mean, as ``dense`` below
+            one = scan.best(embeddings[:, : info.split] @ vector[: info.split])
+            two = scan.best(embeddings[:, info.split :] @ vector[info.split :])
+            return raw.common(one, two)
         return scan.best(embeddings @ vector)
 
     def dense(embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
         """What DenseText.scores does, but on raw cosines: the random vectors' cosines (about 0) would all fall below
         the dense floor on e5's common scale, and nothing would be ranked. With two models: each one's best passage,
         then their weighted mean (``Passages.dense``)."""
-        if info.split:
-            first, second = vector.copy(), vector.copy()
-            first[info.split :], second[: info.split] = 0, 0
-            one, two = passages.score_parts(embeddings, [first, second])
-            return (1 - np.float32(info.second_weight)) * one + np.float32(info.second_weight) * two
-        return passages.score(embeddings, vector)
+        return passages.dense(embeddings, vector, raw)
 
     def query(vector: np.ndarray, score=dense) -> list[int]:
         best = score(index.embeddings, vector)
