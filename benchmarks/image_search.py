@@ -3,7 +3,8 @@ index memory and indexing CPU per illustration, over a generated library of wood
 (``fixtures/woodcuts.py``), beside the former pHash-window brute force on a subset measured in the same run.
 
 Usage: python3 benchmarks/image_search.py [--size 20000] [--queries 30] [--skip 0] [--degradations crop33,...]
-       [--reference 600] [--workers N] [--by-pairs 200]
+       [--reference 600] [--workers N] [--by-pairs 200] [--by-place 200]
+       [--preselect 4000]
        [--neighbours 0] [--nprobe 8] [--candidates 400] [--guided 20] [--expand 1] [--cache DIR]
 
 Needs numpy, Pillow, opencv-python-headless and faiss-cpu only (nothing of the service's serving stack), so it runs
@@ -299,7 +300,16 @@ def main() -> None:
     parser.add_argument("--nprobe", type=int, default=feature_index.NPROBE, help="inverted lists probed")
     parser.add_argument("--candidates", type=int, default=feature_index.CANDIDATES, help="verified per query")
     parser.add_argument(
+        "--preselect", type=int, default=feature_index.PRESELECT, help="kept by total votes before the best bins"
+    )
+    parser.add_argument(
         "--by-pairs", type=int, default=feature_index.BY_PAIRS, help="verified also for their pairs in the best bin"
+    )
+    parser.add_argument(
+        "--by-place",
+        type=int,
+        default=feature_index.BY_PLACE,
+        help="verified also for pairs agreeing on a place",
     )
     parser.add_argument(
         "--guided", type=int, default=feature_index.GUIDED_CANDIDATES, help="matched again by position (0: none)"
@@ -316,7 +326,8 @@ def main() -> None:
     feature_index.K = args.neighbours
     feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe, None, None)  # build_index uses the default
     feature_index.CANDIDATES = args.candidates
-    feature_index.FeatureIndex.candidates.__defaults__ = (None, args.candidates, args.by_pairs)
+    feature_index.PRESELECT = args.preselect
+    feature_index.FeatureIndex.candidates.__defaults__ = (None, args.candidates, args.by_pairs, args.by_place)
     feature_index.GUIDED_CANDIDATES = args.guided
     feature_index.EXPAND_FROM = args.expand
 

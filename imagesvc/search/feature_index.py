@@ -11,7 +11,8 @@ pair votes for its illustration, weighted by closeness and by how rare the hit i
 illustrations, a frame corner or a hatch, says little), in the bin of the rotation and change of pyramid level the
 pair implies (each keypoint's ``Features.shape``): a printing's pairs agree on one bin, a look-alike's scatter. Each
 illustration is scored by its best bin, and the ``CANDIDATES`` best (and the ``BY_PAIRS`` with most pairs in their
-best bin: a small crop's pairs are many but weak, so few votes) are then verified geometrically on that bin's pairs:
+best bin: a small crop's pairs are many but weak, so few votes; and the ``BY_PLACE`` with most pairs that put the
+query's centre at one place in them, a Hough vote on position) are then verified geometrically on that bin's pairs:
 RANSAC fits a 4-degree-of-freedom similarity (scale, rotation, shift; ``cv2.estimateAffinePartial2D``) to the
 query-to-stored keypoint pairs, and the pairs that agree with it (inliers) are counted. A printing of the same block
 lines up everywhere; a copy recut by another hand or a picture of the same subject lines up only piecewise, so few pairs
@@ -33,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from imagesvc.search.features import Features
+from imagesvc.search.features import STORED_SIDE, Features
 
 __all__ = ["Candidate", "FeatureIndex", "build_index"]
 
@@ -48,7 +49,9 @@ LEVELS = 17  # ... and of its change of pyramid level (-8 to +8, 1.2x each)
 WINDOW = 3  # bins a pair votes in along each (neighbours included: a pair's own estimate is rough)
 PRESELECT = 4000  # illustrations kept by their total votes before each is scored by its best bin
 CANDIDATES = 400  # verified by RANSAC per query (about 0.4 ms each), the best by their votes ...
-BY_PAIRS = 200  # ... and these too, the most by their pairs in the best bin (a crop's pairs are many but weak)
+BY_PAIRS = 100  # ... and these too, the most by their pairs in the best bin (a crop's pairs are many but weak) ...
+BY_PLACE = 100  # ... and these, the most by their pairs that also agree on where the query's centre falls
+PLACE_PX = 48  # stored pixels: the cells of that position (each pair counts in a block of 2 x 2 of them)
 MIN_PAIRS = 6
 MIN_SCALE = 0.05  # query-to-stored scale of a plausible transform, and its inverse
 RANSAC_PX = 8.0  # reprojection error allowed, pixels of the stored (reduced) illustration
@@ -158,11 +161,12 @@ class FeatureIndex:
 
         faiss.omp_set_num_threads(1)  # one query, one core: the caller's pool bounds how many run at once
         self.index = index
-        self.xy = xy
+        self._starts = np.concatenate([[0], np.cumsum([len(a) for a in xy])]).astype(np.int64)
+        self._xy = np.concatenate(xy) if len(xy) else np.zeros((0, 2), np.int16)  # every keypoint, in order
+        self.xy = [self._xy[a:b] for a, b in zip(self._starts[:-1], self._starts[1:], strict=True)]  # views of it
         self.count = len(xy)
         self.shape = shape
         self.desc = desc
-        self._starts = np.concatenate([[0], np.cumsum([len(a) for a in xy])]).astype(np.int64)
         if shape is not None and len(shape) != self._starts[-1]:
             raise ValueError(f"{len(shape)} keypoint shapes for {self._starts[-1]} keypoints")
         if desc is not None and len(desc) != self._starts[-1]:
@@ -181,7 +185,12 @@ class FeatureIndex:
         return n * (32 + 8) + held + 32 * int(getattr(self.index, "nlist", 0))
 
     def candidates(
-        self, query: Features, allowed: np.ndarray | None = None, limit: int = CANDIDATES, by_pairs: int = BY_PAIRS
+        self,
+        query: Features,
+        allowed: np.ndarray | None = None,
+        limit: int = CANDIDATES,
+        by_pairs: int = BY_PAIRS,
+        by_place: int = BY_PLACE,
     ) -> list[Candidate]:
         """The illustrations that may share a block with ``query``, verified geometrically, most inliers first.
 
@@ -237,6 +246,11 @@ class FeatureIndex:
             count[order] = -1
             more = np.argsort(-count, kind="stable")[:by_pairs]
             order = np.concatenate([order, more[count[more] >= MIN_PAIRS]])
+        placed = self._by_place(query, qn, own, kp, row, len(pre)) if by_place > 0 else None
+        if placed is not None:
+            placed[order] = -1
+            more = np.argsort(-placed, kind="stable")[:by_place]
+            order = np.concatenate([order, more[placed[more] >= MIN_PAIRS]])
         out = []
         for at in order:
             number = int(pre[at])
@@ -256,6 +270,33 @@ class FeatureIndex:
                 inliers = _tight(src, dst, TIGHT_PX * max(1.0, scale))
             out.append(Candidate(number, inliers, len(q), float(score[at]), loose, cells, transform))
         out.sort(key=lambda c: (-c.inliers, -c.votes))
+        return out
+
+    def _by_place(
+        self, query: Features, qn: np.ndarray, own: np.ndarray, kp: np.ndarray, row: np.ndarray, n: int
+    ) -> np.ndarray | None:
+        """Per preselected illustration (``row[own]``, ``n`` of them), the most of its pairs (``qn``, ``own``,
+        ``kp``) that agree on where the query's centre falls in it. Each pair's rotation and change of scale (its
+        keypoints' orientations and pyramid levels) carry the query's centre from the query keypoint to a stored
+        position; a printing's pairs put it in one place, while chance pairs of a look-alike that share a rotation
+        bin scatter over the picture. ``None`` for an index or a query without keypoint shapes."""
+        if self.shape is None or query.shape is None or len(query.shape) != len(query.desc) or not len(qn):
+            return None
+        at = self._starts[own] + kp
+        stored, mine = self.shape[at].astype(np.float64), query.shape[qn].astype(np.float64)
+        angle = (stored[:, 0] - mine[:, 0]) * (2 * np.pi / 256)
+        scale = 1.2 ** (stored[:, 1] - mine[:, 1])
+        cos, sin = np.cos(angle) * scale, np.sin(angle) * scale
+        v = query.xy[qn].astype(np.float64) - np.array(query.size, np.float64) / 2
+        place = self._xy[at].astype(np.float64)
+        place[:, 0] -= cos * v[:, 0] - sin * v[:, 1]
+        place[:, 1] -= sin * v[:, 0] + cos * v[:, 1]
+        span = 4 * STORED_SIDE // PLACE_PX  # cells across, the picture in the middle and as much around it
+        cell = np.clip(np.floor(place / PLACE_PX).astype(np.int64) + span // 4, 0, span - 2)
+        keys = [(row[own] * span + cell[:, 0] + dx) * span + cell[:, 1] + dy for dx in (0, 1) for dy in (0, 1)]
+        found, counts = np.unique(np.concatenate(keys), return_counts=True)
+        out = np.zeros(n, np.int64)
+        np.maximum.at(out, found // (span * span), counts)
         return out
 
     def features_of(self, number: int) -> Features:
@@ -301,7 +342,7 @@ class FeatureIndex:
             mask = np.ones(self.count, bool) if allowed is None else allowed.copy()
             mask[seed.number] = False
             whole = self.features_of(seed.number)
-            for c in self._printings_like(whole, self.candidates(whole, mask, EXPAND_CANDIDATES, 0)):
+            for c in self._printings_like(whole, self.candidates(whole, mask, EXPAND_CANDIDATES, 0, 0)):
                 if c.number in seen or c.transform is None:
                     continue
                 seen.add(c.number)

@@ -13,7 +13,7 @@ from fixtures.woodcuts import Illustration, degrade, library, render
 from imagesvc.search.block_index import BlockIndex
 from imagesvc.search.by_image import match_picture
 from imagesvc.search.feature_index import build_index
-from imagesvc.search.features import STORED_SIDE, decode_reduced, extract
+from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, STORED_SIDE, decode_reduced, extract
 
 SIZE = 60
 
@@ -86,6 +86,19 @@ def test_a_third_of_each_side_of_any_printing_finds_its_block_and_never_another_
         assert found and found <= truth, ill.number
         hits += len(found)
     assert hits >= 0.95 * sum(len(_printings(lib, ill.block)) for ill in printings)
+
+
+@pytest.mark.parametrize("how", ["crop33", "crop50", "rot15", "phone"])
+def test_pairs_that_agree_on_a_place_rank_a_printing_first(
+    woodcuts: tuple[list[Illustration], BlockIndex], how: str
+) -> None:
+    """Candidates chosen by their pairs that put the query's centre at one place in them (``BY_PLACE``), with no
+    other list: the first three hold a printing of the block for every block, however the query was taken."""
+    lib, index = woodcuts
+    for ill in _queries(lib):
+        query = extract(degrade(ill, SIZE, how), QUERY_SIDE, QUERY_KEYPOINTS)
+        placed = index.features.candidates(query, None, 0, 0, 3)
+        assert {str(c.number) for c in placed} & _printings(lib, ill.block), (how, ill.number)
 
 
 def test_a_recut_copy_is_not_the_same_block(woodcuts: tuple[list[Illustration], BlockIndex]) -> None:
