@@ -242,15 +242,10 @@ class FeatureIndex:
         first[1:] = (qn[1:] != qn[:-1]) | (own[1:] != own[:-1])
         qn, own, kp, d = qn[first], own[first], kp[first], d[first]
         if by_pairs > 0:
-            count = np.bincount(row[own], minlength=len(pre))
-            count[order] = -1
-            more = np.argsort(-count, kind="stable")[:by_pairs]
-            order = np.concatenate([order, more[count[more] >= MIN_PAIRS]])
+            order = _and_best(order, np.bincount(row[own], minlength=len(pre)), by_pairs)
         placed = self._by_place(query, qn, own, kp, row, len(pre)) if by_place > 0 else None
         if placed is not None:
-            placed[order] = -1
-            more = np.argsort(-placed, kind="stable")[:by_place]
-            order = np.concatenate([order, more[placed[more] >= MIN_PAIRS]])
+            order = _and_best(order, placed, by_place)
         out = []
         for at in order:
             number = int(pre[at])
@@ -356,9 +351,7 @@ class FeatureIndex:
         seed = found[0]
         best = max(c.inliers for c in found + more)
         if seed.transform is not None:
-            if seed.number not in fits:
-                fits[seed.number] = _guided_fit(query, self.features_of(seed.number), seed.transform)
-            best = max(best, fits[seed.number].tight)
+            best = max(best, self._query_fit(query, seed, fits).tight)
         found += [
             c
             for c in more
@@ -368,6 +361,13 @@ class FeatureIndex:
         ]
         found.sort(key=lambda c: -c.inliers)  # stable: the query's own order among equals
         return found
+
+    def _query_fit(self, query: Features, c: Candidate, fits: dict[int, Fit]) -> Fit:
+        """The guided fit of ``query`` to candidate ``c`` by its own transform, made once a query (``fits``)."""
+        if c.number not in fits:
+            assert c.transform is not None
+            fits[c.number] = _guided_fit(query, self.features_of(c.number), c.transform)
+        return fits[c.number]
 
     def _printings_like(self, whole: Features, considered: list[Candidate]) -> list[Candidate]:
         """The candidates of a whole printing's own search (``whole``) that are printings of its block:
@@ -393,11 +393,7 @@ class FeatureIndex:
         printing's 0.23 or more). The fits made are kept in ``fits``."""
         if len(found) < 2:
             return found
-        tight = []
-        for c in found:
-            if c.transform is not None:
-                fits[c.number] = _guided_fit(query, self.features_of(c.number), c.transform)
-            tight.append(fits[c.number].tight if c.transform is not None else 0)
+        tight = [self._query_fit(query, c, fits).tight if c.transform is not None else 0 for c in found]
         return [c for c, t in zip(found, tight, strict=True) if t >= SAME_BLOCK_RATIO * max(tight)]
 
     def _guided(self, query: Features, considered: list[Candidate], fits: dict[int, Fit]) -> list[Candidate]:
@@ -415,7 +411,7 @@ class FeatureIndex:
         for c in considered:
             if c.transform is None:
                 continue
-            fit = fits[c.number] = _guided_fit(query, self.features_of(c.number), c.transform)
+            fit = self._query_fit(query, c, fits)
             if fit.same_block():
                 if best is None or (fit.cells, fit.tight) > (best[0].cells, best[0].tight):
                     best = (fit, c)
@@ -457,6 +453,14 @@ class FeatureIndex:
 def _found(fit: Fit, c: Candidate) -> Candidate:
     """``c`` as found by its guided fit."""
     return Candidate(c.number, fit.tight, fit.proposed, c.votes, c.loose, fit.cells, c.transform)
+
+
+def _and_best(order: np.ndarray, pairs: np.ndarray, more: int) -> np.ndarray:
+    """``order`` (preselected rows to verify) and the ``more`` others with the most ``pairs`` (at least
+    ``MIN_PAIRS``); ``pairs`` is written over."""
+    pairs[order] = -1
+    best = np.argsort(-pairs, kind="stable")[:more]
+    return np.concatenate([order, best[pairs[best] >= MIN_PAIRS]])
 
 
 def _pair_shape(query: Features, stored: np.ndarray | None, qn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
