@@ -127,6 +127,13 @@ class SystemResolver:
             resolver = self._resolvers[id(loop)] = aiodns.DNSResolver(self.nameservers, timeout=self.timeout, tries=1)
         return resolver
 
+    def close(self) -> None:
+        """Cancel the look-ups still pending on the running loop's channel, so that their callbacks land now and
+        not after the loop has closed (a look-up given up at ``timeout`` can still be in flight in c-ares)."""
+        resolver = self._resolvers.pop(id(asyncio.get_running_loop()), None)
+        if resolver is not None:
+            resolver.cancel()
+
     async def reverse(self, address: str) -> list[str]:
         import aiodns
 
