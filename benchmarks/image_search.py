@@ -5,7 +5,7 @@ index memory and indexing CPU per illustration, over a generated library of wood
 Usage: python3 benchmarks/image_search.py [--size 20000] [--queries 30] [--skip 0] [--degradations crop33,...]
        [--reference 600] [--workers N] [--by-pairs 200] [--by-place 200]
        [--preselect 4000]
-       [--neighbours 0] [--nprobe 8] [--candidates 400] [--guided 20] [--expand 1] [--cache DIR]
+       [--neighbours 0] [--nprobe 8] [--candidates 400] [--coarser 2,4] [--guided 20] [--expand 1] [--cache DIR]
 
 Needs numpy, Pillow, opencv-python-headless and faiss-cpu only (nothing of the service's serving stack), so it runs
 on a bare many-core machine. Stages, each timed (CPU per illustration and wall):
@@ -46,9 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import phash_reference as ref
 from fixtures.woodcuts import DEGRADATIONS, Illustration, degrade, library, render
-from imagesvc.search import feature_index
+from imagesvc.search import feature_index, features
 from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index
-from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, STORED_SIDE, Features, decode_reduced, extract
+from imagesvc.search.features import STORED_SIDE, Features, decode_reduced, extract, extract_query
 
 __all__ = ["main"]
 
@@ -312,6 +312,11 @@ def main() -> None:
         help="verified also for pairs agreeing on a place",
     )
     parser.add_argument(
+        "--coarser",
+        default=",".join(map(str, features.COARSER_LEVELS)),
+        help="pyramid steps of a small query's further looks, comma-separated (empty: none)",
+    )
+    parser.add_argument(
         "--guided", type=int, default=feature_index.GUIDED_CANDIDATES, help="matched again by position (0: none)"
     )
     parser.add_argument("--expand", type=int, default=feature_index.EXPAND_FROM, help="expanded from (0: none)")
@@ -329,6 +334,7 @@ def main() -> None:
     feature_index.PRESELECT = args.preselect
     feature_index.FeatureIndex.candidates.__defaults__ = (None, args.candidates, args.by_pairs, args.by_place)
     feature_index.GUIDED_CANDIDATES = args.guided
+    features.COARSER_LEVELS = tuple(int(n) for n in args.coarser.split(",") if n)
     feature_index.EXPAND_FROM = args.expand
 
     size = args.size
@@ -372,7 +378,7 @@ def main() -> None:
         truth = blocks[lib[qn].block]
         recut = blocks.get(size + lib[qn].block, set())
         t, c = time.perf_counter(), time.process_time()
-        found = index.search(extract(picture, QUERY_SIDE, QUERY_KEYPOINTS))
+        found = index.search(extract_query(picture))
         wall, qcpu = time.perf_counter() - t, time.process_time() - c
         numbers = [f.number for f in found]
         recut_flagged += len(recut & set(numbers))
@@ -418,7 +424,7 @@ def main() -> None:
                 found, wall, cpu = old[(q.number, how)]
                 old_rows[how].append((*_score(found, truth), wall, cpu))
                 t, c = time.perf_counter(), time.process_time()
-                new = [f.number for f in sub_index.search(extract(picture, QUERY_SIDE, QUERY_KEYPOINTS))]
+                new = [f.number for f in sub_index.search(extract_query(picture))]
                 new_rows[how].append((*_score(new, truth), time.perf_counter() - t, time.process_time() - c))
         print(f"\nreference subset: {len(members)} illustrations, {len(sub_q)} queries per degradation")
         print(

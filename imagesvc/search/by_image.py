@@ -20,7 +20,7 @@ from PIL import Image
 
 from imagesvc.search.block_index import BlockIndex, current_digest, load_blocks
 from imagesvc.search.feature_index import Candidate
-from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, extract
+from imagesvc.search.features import extract_query
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
 
@@ -60,7 +60,7 @@ def matcher_for(services: Any) -> ImageMatcher:
 
 def match_picture(index: BlockIndex, image: Image.Image, live: set[str] | None = None) -> list[BlockMatch]:
     """Blocking: the illustrations of ``index`` printed from the same block as ``image``, best first."""
-    query = extract(image, QUERY_SIDE, QUERY_KEYPOINTS)
+    query = extract_query(image)
     allowed = None
     if live is not None:
         allowed = np.fromiter((iid in live for iid in index.ids), bool, len(index.ids))

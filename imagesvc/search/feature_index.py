@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from imagesvc.search.features import STORED_SIDE, Features
+from imagesvc.search.features import STORED_SIDE, Features, near_pairs
 
 __all__ = ["Candidate", "FeatureIndex", "build_index"]
 
@@ -232,14 +232,16 @@ class FeatureIndex:
         order = np.argsort(-score, kind="stable")[:limit]
         # the pairs of each candidate that voted in its best bin: the best stored keypoint per query keypoint, then
         # the closest query keypoint per stored keypoint (many query descriptors piling onto one stored keypoint
-        # would let RANSAC take a collapse to one point for agreement)
+        # would let RANSAC take a collapse to one point for agreement); a keypoint described again (further looks,
+        # ``extract_query``) is one keypoint here
         bt, bl = best[row[own]] // LEVELS, best[row[own]] % LEVELS
         inbin = ((bt - turn) % TURNS < WINDOW) & (bl - level >= 0) & (bl - level < WINDOW)
         qn, own, kp, d = qn[inbin], own[inbin], kp[inbin], d[inbin]
-        by = np.lexsort((d, qn, own))
-        qn, own, kp, d = qn[by], own[by], kp[by], d[by]
+        kq = qn if query.keypoint is None else query.keypoint[qn]
+        by = np.lexsort((d, kq, own))
+        qn, own, kp, d, kq = qn[by], own[by], kp[by], d[by], kq[by]
         first = np.ones(len(qn), bool)
-        first[1:] = (qn[1:] != qn[:-1]) | (own[1:] != own[:-1])
+        first[1:] = (kq[1:] != kq[:-1]) | (own[1:] != own[:-1])
         qn, own, kp, d = qn[first], own[first], kp[first], d[first]
         if by_pairs > 0:
             order = _and_best(order, np.bincount(row[own], minlength=len(pre)), by_pairs)
@@ -322,6 +324,7 @@ class FeatureIndex:
         found = same_block(considered)
         if self.desc is None:
             return found
+        query = query.first_look()  # matched by position from here: each place once
         fits: dict[int, Fit] = {}  # guided fits to the query by the candidates' own transforms, each made once
         if found:
             found = self._confirmed(query, found, fits)
@@ -581,7 +584,7 @@ def _guided_pairs(query: Features, stored: Features, m: np.ndarray) -> tuple[np.
     sq = _project(back, s)  # stored keypoints in query pixels: those inside the query's footprint
     foot = np.nonzero((sq[:, 0] >= 0) & (sq[:, 0] < w) & (sq[:, 1] >= 0) & (sq[:, 1] < h))[0]
     qs = _project(m, query.xy.astype(np.float32))  # query keypoints in stored pixels
-    si, qi = _near(s[foot], qs, GUIDED_PX)
+    si, qi = near_pairs(s[foot], qs, GUIDED_PX)
     ham = _POPCOUNT[np.bitwise_xor(stored.desc[foot[si]], query.desc[qi])].sum(1, dtype=np.int32)
     ok = ham <= GUIDED_HAMMING
     si, qi, ham = foot[si[ok]], qi[ok], ham[ok]
@@ -591,20 +594,6 @@ def _guided_pairs(query: Features, stored: Features, m: np.ndarray) -> tuple[np.
         _, once = np.unique(side[order], return_index=True)
         si, qi, ham = si[order[once]], qi[order[once]], ham[order[once]]
     return si, qi, ham
-
-
-def _near(a: np.ndarray, b: np.ndarray, px: float) -> tuple[np.ndarray, np.ndarray]:
-    """Every pair (i, j) with ``a[i]`` within ``px`` of ``b[j]``: ``b`` sorted by x, each ``a[i]`` compared only with
-    the strip of ``b`` within ``px`` of its x (a twentieth of a full comparison for a query's 1,500 keypoints)."""
-    order = np.argsort(b[:, 0], kind="stable")
-    bx = b[order, 0]
-    lo = np.searchsorted(bx, a[:, 0] - px)
-    count = np.searchsorted(bx, a[:, 0] + px, side="right") - lo
-    i = np.repeat(np.arange(len(a)), count)
-    j = np.repeat(lo - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
-    d = a[i] - b[order[j]]
-    close = (d**2).sum(1) <= px * px
-    return i[close], order[j[close]]
 
 
 def _project(m: np.ndarray, xy: np.ndarray) -> np.ndarray:

@@ -16,7 +16,17 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-__all__ = ["QUERY_SIDE", "STORED_SIDE", "Features", "decode_reduced", "empty", "extract", "grey_reduced"]
+__all__ = [
+    "QUERY_SIDE",
+    "STORED_SIDE",
+    "Features",
+    "decode_reduced",
+    "empty",
+    "extract",
+    "extract_query",
+    "grey_reduced",
+    "near_pairs",
+]
 
 STORED_SIDE = 800
 QUERY_SIDE = 800
@@ -31,6 +41,16 @@ class Features:
     desc: np.ndarray  # uint8 (n, 32)
     size: tuple[int, int]  # (width, height) of the reduced picture
     shape: np.ndarray | None = None  # uint8 (n, 2): orientation (256ths of a turn) and pyramid level of each keypoint
+    keypoint: np.ndarray | None = None  # int64 (n,): the row whose keypoint each row describes (``None``: its own)
+
+    def first_look(self) -> Features:
+        """Only the rows that are keypoints of their own (``extract_query``'s further looks describe the first
+        look's keypoints again): what geometry is fitted on, each place once."""
+        if self.keypoint is None:
+            return self
+        n = int(np.count_nonzero(self.keypoint == np.arange(len(self.keypoint))))
+        shape = self.shape[:n] if self.shape is not None else None
+        return Features(self.xy[:n], self.desc[:n], self.size, shape)
 
 
 def _shape(kps: list) -> np.ndarray:
@@ -94,10 +114,83 @@ MIN_SIDE = 64  # px: smaller pictures (after reduction) yield no keypoints worth
 def extract(image: Image.Image, side: int = STORED_SIDE, keypoints: int = STORED_KEYPOINTS) -> Features:
     """ORB keypoints and descriptors of ``image`` reduced to ``side`` px (at most ``keypoints`` of them, spread
     over the picture)."""
+    grey = grey_reduced(image, side)
+    return _extract_grey(grey, keypoints)
+
+
+COARSER_LEVELS = (2, 4)  # ORB pyramid steps (1.2x each) of the further looks at a small query, in turn
+MIN_COARSER = 200  # keypoints of room under the budget below which a query gets no further look
+SAME_PLACE_PX = 3.0  # query pixels: a further look's keypoint this near a first look's describes it again
+
+
+def extract_query(image: Image.Image, side: int = QUERY_SIDE, keypoints: int = QUERY_KEYPOINTS) -> Features:
+    """A query's features: ``extract``'s, and when the picture yields fewer than ``keypoints`` of them (a crop, a
+    small photo), further looks: the picture reduced by each of ``COARSER_LEVELS`` pyramid steps in turn and
+    described again, each look's descriptors kept (up to the room left) where they fall on a keypoint of the first
+    look, as other descriptors of that keypoint (``Features.keypoint``; their levels in the first look's terms).
+
+    A small query shares only a few dozen keypoints with a stored printing, and most of their descriptors lie 20
+    bits or more from their stored twins, beyond the neighbours a large library returns. The same places sampled
+    again from a reduced picture give descriptors of their own, some nearer the stored ones: on crops to a third
+    of each side, half as many twins again within 16 bits (``docs/search.md``). Geometry still counts each place
+    once. A query that fills the budget at once is looked at once; a small one costs no more than a full one."""
+    grey = grey_reduced(image, side)
+    first = _extract_grey(grey, keypoints)
+    n = len(first.desc)
+    if first.shape is None or n == 0:
+        return first
+    xy, desc, shape, of = [first.xy], [first.desc], [first.shape], [np.arange(n)]
+    room = keypoints - n
+    w, h = first.size
+    for levels in COARSER_LEVELS:
+        if room < MIN_COARSER:
+            break
+        small = (round(w * 1.2**-levels), round(h * 1.2**-levels))
+        if min(small) < MIN_SIDE:
+            break
+        look = _extract_grey(np.asarray(Image.fromarray(grey).resize(small, Image.Resampling.BOX)), 2 * room)
+        if look.shape is None or not len(look.desc):
+            break
+        placed = look.xy * np.array([w / small[0], h / small[1]], np.float32)  # in the first picture's pixels
+        at, on = near_pairs(placed, first.xy, SAME_PLACE_PX)
+        gap = np.hypot(*(placed[at] - first.xy[on]).T)
+        order = np.lexsort((gap, at))  # each keypoint of this look on its nearest of the first
+        at, on = at[order], on[order]
+        once = np.ones(len(at), bool)
+        once[1:] = at[1:] != at[:-1]
+        at, on = at[once][:room], on[once][:room]
+        more = look.shape[at].copy()
+        more[:, 1] += levels
+        xy.append(first.xy[on])
+        desc.append(look.desc[at])
+        shape.append(more)
+        of.append(on)
+        room -= len(at)
+    if len(desc) == 1:
+        return first
+    return Features(
+        np.concatenate(xy), np.concatenate(desc), first.size, np.concatenate(shape), np.concatenate(of).astype(np.int64)
+    )
+
+
+def near_pairs(a: np.ndarray, b: np.ndarray, px: float) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (i, j) with ``a[i]`` within ``px`` of ``b[j]``: ``b`` sorted by x, each ``a[i]`` compared only with
+    the strip of ``b`` within ``px`` of its x (a twentieth of a full comparison for a query's 1,500 keypoints)."""
+    order = np.argsort(b[:, 0], kind="stable")
+    bx = b[order, 0]
+    lo = np.searchsorted(bx, a[:, 0] - px)
+    count = np.searchsorted(bx, a[:, 0] + px, side="right") - lo
+    i = np.repeat(np.arange(len(a)), count)
+    j = np.repeat(lo - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+    d = a[i] - b[order[j]]
+    close = (d**2).sum(1) <= px * px
+    return i[close], order[j[close]]
+
+
+def _extract_grey(grey: np.ndarray, keypoints: int) -> Features:
     import cv2
 
     cv2.setNumThreads(1)  # the caller decides the parallelism (one process per core when indexing)
-    grey = grey_reduced(image, side)
     size = (grey.shape[1], grey.shape[0])
     if min(size) < MIN_SIDE:  # ORB's pyramid and patch need room: a sliver of a picture has no features
         return empty(size)

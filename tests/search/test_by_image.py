@@ -9,11 +9,20 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fixtures.woodcuts import Illustration, degrade, library, render
+from fixtures.woodcuts import QUERY_SCAN, Illustration, crop_box, degrade, from_block, library, render, to_block
 from imagesvc.search.block_index import BlockIndex
 from imagesvc.search.by_image import match_picture
 from imagesvc.search.feature_index import build_index
-from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, STORED_SIDE, decode_reduced, extract
+from imagesvc.search.features import (
+    COARSER_LEVELS,
+    QUERY_KEYPOINTS,
+    QUERY_SIDE,
+    STORED_SIDE,
+    Features,
+    decode_reduced,
+    extract,
+    extract_query,
+)
 
 SIZE = 60
 
@@ -99,6 +108,46 @@ def test_pairs_that_agree_on_a_place_rank_a_printing_first(
         query = extract(degrade(ill, SIZE, how), QUERY_SIDE, QUERY_KEYPOINTS)
         placed = index.features.candidates(query, None, 0, 0, 3)
         assert {str(c.number) for c in placed} & _printings(lib, ill.block), (how, ill.number)
+
+
+def _near_twins(index: BlockIndex, lib: list[Illustration], ill: Illustration, query: Features, width: int) -> int:
+    """Stored keypoints of the printings of ``ill``'s block that some row of ``query`` (a third of each side of
+    ``ill``, ``width`` px wide) describes within 16 bits at the place the generator says it shows (3 px)."""
+    left, top, _, _ = crop_box(ill, SIZE, "crop33")
+    uv = to_block(ill, SIZE, QUERY_SCAN, query.xy * (width / query.size[0]) + [left, top])
+    twins = 0
+    for p in _printings(lib, ill.block):
+        stored, printing = index.features.features_of(int(p)), lib[int(p)]
+        where = from_block(printing, SIZE, printing.side, uv) * min(1.0, STORED_SIDE / printing.side)
+        at = np.hypot(*(stored.xy[None, :, :] - where[:, None, :]).transpose(2, 0, 1)) < 3
+        bits = np.unpackbits(query.desc[:, None, :] ^ stored.desc[None, :, :], axis=2).sum(2)
+        twins += int(((bits <= 16) & at).any(0).sum())
+    return twins
+
+
+def test_a_small_query_is_looked_at_again_and_finds_nearer_twins_at_the_same_places(
+    woodcuts: tuple[list[Illustration], BlockIndex],
+) -> None:
+    """A third of each side yields half the keypoint budget; the picture reduced and described again fills the
+    rest with other descriptors of the same keypoints, and more of the printings' keypoints then have a twin
+    within 16 bits (what a large library's neighbours still return). A full picture is looked at once."""
+    lib, index = woodcuts
+    once = again = 0
+    for ill in _queries(lib):
+        picture = degrade(ill, SIZE, "crop33")
+        query = extract_query(picture)
+        first = query.first_look()
+        assert query.keypoint is not None and query.shape is not None and first.shape is not None
+        assert len(first.desc) < len(query.desc) <= QUERY_KEYPOINTS
+        assert np.array_equal(first.desc, extract(picture, QUERY_SIDE, QUERY_KEYPOINTS).desc)
+        further = query.keypoint[len(first.desc) :]
+        assert np.array_equal(query.xy[len(first.desc) :], first.xy[further])  # on the first look's keypoints
+        assert (query.shape[len(first.desc) :, 1] >= COARSER_LEVELS[0]).all()  # levels in the first's terms
+        once += _near_twins(index, lib, ill, first, picture.width)
+        again += _near_twins(index, lib, ill, query, picture.width)
+    assert again >= 1.3 * once > 0, (once, again)
+    full = extract_query(degrade(_queries(lib)[0], SIZE, "rescan"))
+    assert full.keypoint is None and len(full.desc) == QUERY_KEYPOINTS
 
 
 def test_a_recut_copy_is_not_the_same_block(woodcuts: tuple[list[Illustration], BlockIndex]) -> None:
