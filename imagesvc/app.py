@@ -67,6 +67,8 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
         finally:
             await store.close()
             catalog.close()
+            if isinstance(resolver, SystemResolver):  # look-ups still in c-ares end now, not on a closed loop
+                resolver.close()
 
     async def access_ctx(app: web.Application) -> AsyncIterator[None]:
         app[ACCESS] = access = make_access(settings)

@@ -234,6 +234,30 @@ async def test_verified_crawler_is_never_limited_but_a_spoofed_one_is(aiohttp_cl
     assert statuses[-1] == 429
 
 
+async def test_shutdown_ends_the_dns_look_ups_still_pending(aiohttp_client: Any, data_dir: Path) -> None:
+    """A crawler check waiting on a silent name server does not outlive the service: closing the app cancels it at
+    once (a look-up left in c-ares would fire on a closed loop at its timeout)."""
+    from imagesvc.access.identity import SystemResolver
+    from imagesvc.app import build_app
+    from tests.library import settings_for
+
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    silent.setblocking(False)
+    try:
+        resolver = SystemResolver(timeout=10.0, nameservers=[f"127.0.0.1:{silent.getsockname()[1]}"])
+        client = await aiohttp_client(build_app(settings_for(data_dir), resolver=resolver))
+        pending = asyncio.ensure_future(resolver.reverse("66.249.66.1"))
+        loop = asyncio.get_running_loop()
+        assert await asyncio.wait_for(loop.sock_recv(silent, 512), 5.0)  # the query went out and is waiting
+        started = time.monotonic()
+        await client.close()
+        assert await asyncio.wait_for(pending, 2.0) == []
+        assert time.monotonic() - started < 2.0
+    finally:
+        silent.close()
+
+
 async def test_assistant_fetch_exempt_only_from_configured_networks(aiohttp_client: Any, data_dir: Path) -> None:
     from imagesvc.app import build_app
     from tests.library import settings_for
