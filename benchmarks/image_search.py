@@ -319,6 +319,9 @@ def main() -> None:
     parser.add_argument(
         "--guided", type=int, default=feature_index.GUIDED_CANDIDATES, help="matched again by position (0: none)"
     )
+    parser.add_argument(
+        "--expand-nprobe", type=int, default=feature_index.EXPAND_NPROBE, help="lists probed by expansion (0: --nprobe)"
+    )
     parser.add_argument("--expand", type=int, default=feature_index.EXPAND_FROM, help="expanded from (0: none)")
     parser.add_argument(
         "--cache", type=Path, help="keep the extracted features and the built index here, reused by a later run"
@@ -332,7 +335,8 @@ def main() -> None:
     feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe, None, None)  # build_index uses the default
     feature_index.CANDIDATES = args.candidates
     feature_index.PRESELECT = args.preselect
-    feature_index.FeatureIndex.candidates.__defaults__ = (None, args.candidates, args.by_pairs, args.by_place)
+    feature_index.FeatureIndex.candidates.__defaults__ = (None, args.candidates, args.by_pairs, args.by_place, 0)
+    feature_index.EXPAND_NPROBE = args.expand_nprobe
     feature_index.GUIDED_CANDIDATES = args.guided
     features.COARSER_LEVELS = tuple(int(n) for n in args.coarser.split(",") if n)
     feature_index.EXPAND_FROM = args.expand

@@ -61,6 +61,7 @@ SAME_BLOCK_RATIO = 0.2
 SAME_BLOCK_CELLS = 2  # of the query's 4 x 4 cells holding an inlier: agreement over the picture, not in one patch
 EXPAND_FROM = 1  # best same_block illustrations whose own stored features are queried again (0: none)
 EXPAND_CANDIDATES = 50  # verified for such a query: a whole printing's own are at the top (400 cost 30% more)
+EXPAND_NPROBE = 4  # inverted lists probed for it (0: the index's own)
 EXPAND_CHECKED = 5  # ... of which the best are also matched by position (``_printings_like``)
 GUIDED_CANDIDATES = 20  # when none is same_block: the best candidates matched again, guided by their similarity
 GUIDED_PX = 6.0  # a stored keypoint pairs with query keypoints the similarity puts within this many stored pixels
@@ -191,14 +192,16 @@ class FeatureIndex:
         limit: int = CANDIDATES,
         by_pairs: int = BY_PAIRS,
         by_place: int = BY_PLACE,
+        nprobe: int = 0,
     ) -> list[Candidate]:
         """The illustrations that may share a block with ``query``, verified geometrically, most inliers first.
 
-        ``allowed``: a boolean mask over illustration numbers (``None``: all)."""
+        ``allowed``: a boolean mask over illustration numbers (``None``: all); ``nprobe``: inverted lists probed
+        (0: the index's own)."""
         if len(query.desc) == 0 or self.descriptors == 0:
             return []
         k = K or neighbours(self.count)
-        dist, hits = self.index.search(query.desc, k)  # type: ignore[attr-defined]
+        dist, hits = self._search(query.desc, k, nprobe)
         ok = (hits >= 0) & (dist <= MAX_HAMMING)
         if allowed is not None:
             ok &= allowed[np.clip(hits >> KP_BITS, 0, None)]
@@ -268,6 +271,13 @@ class FeatureIndex:
             out.append(Candidate(number, inliers, len(q), float(score[at]), loose, cells, transform))
         out.sort(key=lambda c: (-c.inliers, -c.votes))
         return out
+
+    def _search(self, desc: np.ndarray, k: int, nprobe: int) -> tuple[np.ndarray, np.ndarray]:
+        import faiss
+
+        if nprobe > 0 and isinstance(self.index, faiss.IndexBinaryIVF):
+            return self.index.search(desc, k, params=faiss.SearchParametersIVF(nprobe=nprobe))
+        return self.index.search(desc, k)  # type: ignore[attr-defined]
 
     def _by_place(
         self, query: Features, qn: np.ndarray, own: np.ndarray, kp: np.ndarray, row: np.ndarray, n: int
@@ -340,7 +350,7 @@ class FeatureIndex:
             mask = np.ones(self.count, bool) if allowed is None else allowed.copy()
             mask[seed.number] = False
             whole = self.features_of(seed.number)
-            for c in self._printings_like(whole, self.candidates(whole, mask, EXPAND_CANDIDATES, 0, 0)):
+            for c in self._printings_like(whole, self.candidates(whole, mask, EXPAND_CANDIDATES, 0, 0, EXPAND_NPROBE)):
                 if c.number in seen or c.transform is None:
                     continue
                 seen.add(c.number)

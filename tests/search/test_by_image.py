@@ -150,6 +150,30 @@ def test_a_small_query_is_looked_at_again_and_finds_nearer_twins_at_the_same_pla
     assert full.keypoint is None and len(full.desc) == QUERY_KEYPOINTS
 
 
+def test_an_inverted_file_index_finds_every_printing_with_expansion_probing_fewer_lists(
+    woodcuts: tuple[list[Illustration], BlockIndex], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test library as a large library holds it (an inverted file, not an exact index): a rotated printing
+    finds every printing of its block, though expansion probes only ``EXPAND_NPROBE`` lists; and that number does
+    reach faiss (one list probed answers otherwise than the index's own eight)."""
+    from imagesvc.search import feature_index
+
+    lib, _ = woodcuts
+    feats = [extract(_stored(ill)) for ill in lib]
+    monkeypatch.setattr(feature_index, "FLAT_UNTIL", 0)
+    everything = np.concatenate([f.desc for f in feats])
+    ivf = build_index([feats], len(everything), train=everything, keep_desc=True)
+    assert type(ivf.index).__name__ == "IndexBinaryIVF" and feature_index.EXPAND_NPROBE < feature_index.NPROBE
+    ids = [str(ill.number) for ill in lib]
+    index = BlockIndex(ids, ids, ivf, "test")
+    for ill in _queries(lib):
+        assert set(_found(index, lib, ill, "rot15")) == _printings(lib, ill.block), ill.number
+    sample = everything[:200]
+    _, own = ivf._search(sample, 50, 0)
+    _, one = ivf._search(sample, 50, 1)
+    assert not np.array_equal(own, one)
+
+
 def test_a_recut_copy_is_not_the_same_block(woodcuts: tuple[list[Illustration], BlockIndex]) -> None:
     lib, index = woodcuts
     recuts = [i for i in lib if i.kind == "recut"]
