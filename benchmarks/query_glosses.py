@@ -1,6 +1,6 @@
-"""What the dictionary glosses of Latin and Hebrew queries cost (imagesvc/search/glosses.py): each lexicon's load
-time and resident memory, the lookup per query, and a query's encode with its gloss beside the bare encode, in CPU
-time on one thread, over the Latin and Hebrew queries of both cross-lingual sets.
+"""What the dictionary glosses of Latin, Hebrew and Italian queries cost (imagesvc/search/glosses.py): each
+lexicon's load time and resident memory, the lookup per query, and a query's encode with its gloss beside the bare
+encode, in CPU time on one thread, over the Latin, Hebrew and Italian queries of both cross-lingual sets.
 
     python benchmarks/query_glosses.py [--rounds 3]
 """
@@ -39,7 +39,7 @@ def main() -> int:
         concept["queries"][lang]
         for name in SETS
         for concept in json.loads((ROOT / "benchmarks" / name).read_text(encoding="utf-8"))["concepts"]
-        for lang in ("la", "he")
+        for lang in ("la", "he", "it")
     ]
     model = TextModel("e5", 1)
     model.load()
@@ -76,7 +76,7 @@ def main() -> int:
             started = time.process_time()
             model.query(query)
             glossed.append(time.process_time() - started)
-    print(f"{len(queries)} Latin and Hebrew queries x {args.rounds}, CPU ms p50 / p95 (one thread):")
+    print(f"{len(queries)} Latin, Hebrew and Italian queries x {args.rounds}, CPU ms p50 / p95 (one thread):")
     print(f"  gloss lookup alone          {percentiles(lookup)}")
     print(f"  encode, no gloss            {percentiles(bare)}")
     print(f"  encode of the gloss alone   {percentiles(gloss_only)}")

