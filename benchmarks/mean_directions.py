@@ -132,7 +132,7 @@ def relevance(args: argparse.Namespace) -> None:
         if cached is not None:
             np.save(cached, matrix)
     index = VectorIndex(ids, [""] * len(ids), matrix, model.key)
-    full = Passages.of(index, prefilter_from=0, split=model.info.split)
+    full = Passages.of(index, prefilter_from=0, split=model.info.split, second_directions=0)
     assert full.means is not None
     k = max(5, round(SHARE * len(full.ids)))
     dense.CANDIDATES = k  # the second step's share of the library as at 200,000 illustrations
@@ -146,8 +146,11 @@ def relevance(args: argparse.Namespace) -> None:
     cells = " | ".join(f"{np.mean(hits[x]):.2f}" for x in LANGUAGES)
     table = [f"| every passage scored (no first step) | {cells} |"]
     for columns in args.columns:
-        kept = projected(full, columns)
-        exact, narrow = compare(model, index, asked, full, kept, k, columns)
+        if args.second:  # the service's option: e5's means whole, USE's in their leading directions
+            kept = Passages.of(index, prefilter_from=0, split=model.info.split, second_directions=columns)
+            exact, narrow = compare_second(model, index, asked, full, kept, k, columns)
+        else:
+            exact, narrow = compare(model, index, asked, full, projected(full, columns), k, columns)
         table += [exact, narrow] if len(table) == 1 else [narrow]
     print("| means | " + " | ".join(LANGUAGES) + " |")
     print("|---|" + "---|" * len(LANGUAGES))
@@ -197,11 +200,60 @@ def compare(
     return rows[0], rows[1]
 
 
+def _first_step(p: Passages, vector: np.ndarray, split: int) -> np.ndarray:
+    """The first step's score of each illustration: the sum of each model's part's mean products."""
+    first, second = vector.copy(), vector.copy()
+    first[split:], second[:split] = 0, 0
+    return sum(p._mean_scores(part) for part in (first, second) if part.any())  # type: ignore[return-value]
+
+
+def compare_second(
+    model: TextModel,
+    index: VectorIndex,
+    asked: list[tuple[str, np.ndarray, set[str]]],
+    full: Passages,
+    kept: Passages,
+    k: int,
+    columns: int,
+) -> tuple[str, str]:
+    """``compare`` for USE's means alone kept in ``columns`` directions (``Passages.of(second_directions=)``)."""
+    assert model.info is not None and full.second_means is not None and kept.second_basis is not None
+    split = model.info.split
+    energy = float(np.sum((full.second_means @ kept.second_basis) ** 2) / np.sum(full.second_means**2))
+    found: dict[str, list[list[bool]]] = {lang: [[], []] for lang in LANGUAGES}
+    kept_share, same_first, same_five = [], [], []
+    for lang, vector, relevant in asked:
+        top_exact = set(np.argpartition(-_first_step(full, vector, split), k - 1)[:k].tolist())
+        top_quick = set(np.argpartition(-_first_step(kept, vector, split), k - 1)[:k].tolist())
+        kept_share.append(len(top_exact & top_quick) / k)
+        ranked = []
+        for n, p in enumerate((full, kept)):
+            scores = p.dense(index.embeddings, vector, model.info)
+            order = [p.ids[i] for i in np.argsort(-scores, kind="stable")[:5]]
+            ranked.append(order)
+            found[lang][n].append(bool(relevant & set(order)))
+        same_first.append(ranked[0][:1] == ranked[1][:1])
+        same_five.append(set(ranked[0]) == set(ranked[1]))
+    print(
+        f"USE's means in {columns} directions ({energy:.4f} of their energy), {len(kept_share)} queries: candidates "
+        f"kept {np.mean(kept_share):.3f} (min {min(kept_share):.3f}), same first result {np.mean(same_first):.3f}, "
+        f"same top 5 {np.mean(same_five):.3f}"
+    )
+    rows = []
+    for n, label in enumerate(("e5 384 + USE 512 columns (the service)", f"e5 384 + USE {columns} directions")):
+        cells = [f"{np.mean(found[lang][n]):.2f}" for lang in LANGUAGES]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return rows[0], rows[1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--others", type=int, default=8000, help="real texts standing in for the rest of a library")
     parser.add_argument("--columns", default="192,256,384,512", help="directions to keep, several separated by commas")
     parser.add_argument("--cache", help="a folder to keep the embedded passages in, for another run")
+    parser.add_argument(
+        "--second", action="store_true", help="keep only USE's means in fewer directions (dense.SECOND_DIRECTIONS)"
+    )
     args = parser.parse_args()
     args.columns = [int(c) for c in args.columns.split(",")]
     print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")

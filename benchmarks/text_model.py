@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.search import query_texts, synthetic  # noqa: E402
+from imagesvc.search import dense as dense_module  # noqa: E402
 from imagesvc.search.dense import CANDIDATES, Passages, TextModel  # noqa: E402
 from imagesvc.search.fusion import fuse  # noqa: E402
 from imagesvc.search.ranking import Query, rank  # noqa: E402
@@ -66,7 +67,8 @@ def numpy_two_steps(p: Passages, embeddings: np.ndarray, vector: np.ndarray) -> 
         return p.best(embeddings @ vector)
     out = p.means @ vector[: p.split or None]
     if p.split and p.second_means is not None:  # two models' columns, kept as two blocks of means
-        out += p.second_means @ vector[p.split :]
+        tail = vector[p.split :]
+        out += p.second_means @ (tail if p.second_basis is None else tail @ p.second_basis)
     top = np.sort(np.argpartition(-out, CANDIDATES - 1)[:CANDIDATES])
     starts, counts = p.starts[top], p.counts[top]
     offsets = np.r_[0, np.cumsum(counts)[:-1]]
@@ -75,14 +77,14 @@ def numpy_two_steps(p: Passages, embeddings: np.ndarray, vector: np.ndarray) -> 
     return out
 
 
-def latin_hebrew(count: int) -> list[str]:
-    """The Latin and Hebrew queries of both cross-lingual sets, in turns, each made distinct by a number: queries that
-    are encoded with their dictionary gloss (imagesvc/search/glosses.py)."""
+def glossed_queries(count: int) -> list[str]:
+    """The Latin, Hebrew and Italian queries of both cross-lingual sets, in turns, each made distinct by a number:
+    queries that are encoded with their dictionary gloss (imagesvc/search/glosses.py)."""
     found = [
         concept["queries"][lang]
         for name in ("search_eval_languages.json", "search_eval_languages_heldout.json")
         for concept in json.loads((ROOT / "benchmarks" / name).read_text(encoding="utf-8"))["concepts"]
-        for lang in ("la", "he")
+        for lang in ("la", "he", "it")
     ]
     return [f"{found[k % len(found)]} {k}" for k in range(count)]
 
@@ -98,7 +100,7 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
     info = model.info
     assert info is not None
     dims = info.dims
-    texts = iter((latin_hebrew if glossed else query_texts)(3 * count + 8))
+    texts = iter((glossed_queries if glossed else query_texts)(3 * count + 8))
 
     # a dense text query over n illustrations, three passages each
     table, _ = synthetic(n, 8, books=max(1, n // 15))
@@ -192,12 +194,22 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--index-texts", type=int, default=512)
     parser.add_argument(
-        "--latin-hebrew", action="store_true", help="queries: the sets' Latin and Hebrew ones (glossed)"
+        "--glossed",
+        "--latin-hebrew",
+        action="store_true",
+        help="queries: the sets' Latin, Hebrew and Italian ones (glossed; --latin-hebrew: its name before Italian)",
+    )
+    parser.add_argument(
+        "--second-directions",
+        type=int,
+        help="e5+use: USE's means in this many directions (dense.SECOND_DIRECTIONS; 0: all 512 columns)",
     )
     args = parser.parse_args()
+    if args.second_directions is not None:
+        dense_module.SECOND_DIRECTIONS = args.second_directions
     print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     rows = {
-        m: measure(m, args.illustrations, args.queries, args.index_texts, args.latin_hebrew)
+        m: measure(m, args.illustrations, args.queries, args.index_texts, args.glossed)
         for m in filter(None, [args.model, args.reference])
     }
     print(f"\n{args.illustrations:,} illustrations (x3 passages), {args.queries} fresh queries, one thread")

@@ -54,6 +54,11 @@ GLOSS_WEIGHT = {"la": 1.0, "he": 1.0, "it": 1.0}
 # Glossed languages that USE (``e5+use``'s second model) reads well: its part of such a query is the query's own
 # vector, so USE still ranks it (Italian recall@1 0.73 -> 0.85 on the main set, against 0.82 with e5 alone).
 SECOND_READS = frozenset({"it"})
+# e5+use on a large index: USE's mean passage vectors (the second block the first step reads) kept in this many of
+# their leading directions instead of 512 columns (0: all of them): half the bytes read, and on 8,114 real passages
+# the first step keeps 0.974 of its candidates, recall@5 of 442 queries 0.645 -> 0.643 (benchmarks/mean_directions.py
+# --second, docs/benchmarks.md). e5's block stays whole: the glossed queries read only it, and lose where it shrinks.
+SECOND_DIRECTIONS = 256
 
 
 def _terms(row: dict[str, Any]) -> list[str]:
@@ -360,6 +365,15 @@ def dot(matrix: np.ndarray, vector: np.ndarray, rows: np.ndarray | None = None) 
     return out
 
 
+def leading_directions(rows: np.ndarray, count: int, sample: int = 20_000) -> np.ndarray:
+    """The ``count`` leading eigenvectors (columns) of ``rows``' second-moment matrix, from an even sample of at most
+    ``sample`` rows: the directions that keep most of the rows' products with any vector."""
+    step = max(1, len(rows) // sample)
+    picked = rows[::step].astype(np.float64)
+    _, vectors = np.linalg.eigh(picked.T @ picked)
+    return np.ascontiguousarray(vectors[:, ::-1][:, :count], np.float32)
+
+
 @dataclass(frozen=True)
 class Passages:
     """Which illustration each row of a text index belongs to: ``ids`` in index order, ``inverse`` row -> id. From
@@ -372,10 +386,14 @@ class Passages:
     means: np.ndarray | None = None
     split: int = 0  # with two models' columns (``e5+use``): ``means`` holds the first's, ``second_means`` the other's
     second_means: np.ndarray | None = None
+    second_basis: np.ndarray | None = None  # the directions ``second_means`` is kept in (``SECOND_DIRECTIONS``)
 
     @classmethod
-    def of(cls, index: VectorIndex, prefilter_from: int | None = None, split: int = 0) -> Passages:
-        """``prefilter_from`` defaults to ``PREFILTER_FROM`` as it is when called."""
+    def of(
+        cls, index: VectorIndex, prefilter_from: int | None = None, split: int = 0, second_directions: int | None = None
+    ) -> Passages:
+        """``prefilter_from`` defaults to ``PREFILTER_FROM``, ``second_directions`` to ``SECOND_DIRECTIONS``, as they
+        are when called."""
         where: dict[str, int] = {}
         inverse = np.fromiter((where.setdefault(i, len(where)) for i in index.ids), np.int64, len(index.ids))
         if len(where) < max(1, PREFILTER_FROM if prefilter_from is None else prefilter_from):
@@ -387,7 +405,11 @@ class Passages:
         means = (np.add.reduceat(index.embeddings, starts, axis=0) / counts[:, None]).astype(np.float32)
         if split:  # two contiguous blocks: a query part that is zero in one model's columns reads only the other's
             first, second = np.ascontiguousarray(means[:, :split]), np.ascontiguousarray(means[:, split:])
-            return cls(list(where), inverse, starts, counts, first, split, second)
+            keep = SECOND_DIRECTIONS if second_directions is None else second_directions
+            basis = leading_directions(second, keep) if 0 < keep < second.shape[1] else None
+            if basis is not None:
+                second = np.ascontiguousarray(second @ basis)
+            return cls(list(where), inverse, starts, counts, first, split, second, basis)
         return cls(list(where), inverse, starts, counts, np.ascontiguousarray(means))
 
     def _mean_scores(self, vector: np.ndarray) -> np.ndarray:
@@ -398,6 +420,8 @@ class Passages:
         head, tail = vector[: self.split], vector[self.split :]
         if not tail.any():
             return dot(self.means, np.ascontiguousarray(head))
+        if self.second_basis is not None:
+            tail = tail @ self.second_basis
         if not head.any():
             return dot(self.second_means, np.ascontiguousarray(tail))
         return dot(self.means, np.ascontiguousarray(head)) + dot(self.second_means, np.ascontiguousarray(tail))

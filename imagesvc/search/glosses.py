@@ -23,7 +23,7 @@ dictionaries say.
   English ones. Where both accept it, the one that knows more of its words wins; on a tie Italian, if the query has
   an Italian function word that is none of Latin's ("di", "con", "il").
 
-Each lexicon is read from its installed package on first use (Latin ~1.3 s, ~37 MB; Hebrew ~0.5 s, ~9 MB alone;
+Each lexicon is read from its installed package on first use (Latin ~1.3 s, ~37 MB; Hebrew ~0.5 s, ~15 MB alone;
 Italian ~0.5 s, ~13 MB), in the
 worker thread that encodes the query, and kept for the life of the process; a package that is not installed means no
 glosses for that language (``available``), never an error.
