@@ -139,9 +139,13 @@ def test_a_glossary_without_languages_glosses_nothing() -> None:
 
 def test_a_long_query_costs_little(glossary: Glossary) -> None:
     """Hostile input: thousands of words are cut at 32, and a word of hundreds of letters is looked up in bounded
-    work (every split of it is one dictionary probe)."""
+    work (every split of it is one dictionary probe), in each language."""
     found = glossary.gloss(" ".join(["fornacem"] * 5000) + " " + "a" * 400)
     assert found is not None and len(found.words) <= 32
+    for query in (" ".join(["מנהרות"] * 5000) + " " + "ו" * 400, " ".join(["fonderia"] * 5000) + " " + "i" * 400):
+        found = glossary.gloss(query)  # Hebrew and Italian alike
+        assert found is not None and len(found.words) <= 32
+    assert glossary.gloss("\u05d0\u05b0" * 300) is None  # points and one letter: no word the dictionaries know
 
 
 def test_a_dictionary_that_cannot_be_read_means_no_glosses_not_an_error(
