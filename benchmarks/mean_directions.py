@@ -2,7 +2,7 @@
 text index, ``dense.Passages``) kept in fewer directions, to read fewer bytes; what that costs in relevance on real
 model vectors.
 
-    python benchmarks/mean_directions.py [--others 8000] [--columns 192,256,384,512] [--cache DIR]
+    python benchmarks/mean_directions.py [--others 8000] [--columns 192,256,384,512] [--cache DIR] [--second]
 
 The index: the demo library's illustrations (their passages as the text index embeds them) among ``--others``
 real English texts standing in for the rest of a large library: the definitions of Strong's Hebrew dictionary and
@@ -15,7 +15,8 @@ Each query is scored in two steps as a large index is (``Passages.dense``, with 
 ``--columns`` leading directions of their second-moment matrix (the query read in the same directions). Printed:
 the share of the means' energy the directions hold, how many of the exact first step's candidates the projected
 one keeps, the dense rank-1 / top-5 agreement, and recall@5 of each query's target per language with each, and
-with every passage scored (no first step). The other texts are real, and some are close in meaning to a query (a
+with every passage scored (no first step). ``--second`` keeps only USE's means in fewer directions, e5's whole, as
+the service does (``dense.SECOND_DIRECTIONS``). The other texts are real, and some are close in meaning to a query (a
 definition that says 'serpent'), so the recall compares rows; it is not the library's.
 """
 
@@ -29,6 +30,7 @@ import re
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,7 +64,7 @@ def projected(full: Passages, columns: int) -> Projected:
     _, vectors = np.linalg.eigh(means.astype(np.float64).T @ means)
     basis = np.ascontiguousarray(vectors[:, ::-1][:, :columns], np.float32)
     kept = np.ascontiguousarray(means @ basis)
-    return Projected(full.ids, full.inverse, full.starts, full.counts, kept, 0, None, basis)
+    return Projected(full.ids, full.inverse, full.starts, full.counts, kept, 0, None, basis=basis)
 
 
 LANGUAGES = ("en", "la", "de", "fr", "it", "he", "ar", "zh")
@@ -145,12 +147,8 @@ def relevance(args: argparse.Namespace) -> None:
         hits[lang].append(bool(relevant & {every.ids[i] for i in np.argsort(-scores, kind="stable")[:5]}))
     cells = " | ".join(f"{np.mean(hits[x]):.2f}" for x in LANGUAGES)
     table = [f"| every passage scored (no first step) | {cells} |"]
-    for columns in args.columns:
-        if args.second:  # the service's option: e5's means whole, USE's in their leading directions
-            kept = Passages.of(index, prefilter_from=0, split=model.info.split, second_directions=columns)
-            exact, narrow = compare_second(model, index, asked, full, kept, k, columns)
-        else:
-            exact, narrow = compare(model, index, asked, full, projected(full, columns), k, columns)
+    for columns in args.columns:  # --second: e5's means whole, USE's in their leading directions (the service's)
+        exact, narrow = (compare_second if args.second else compare_joint)(model, index, asked, full, columns, k)
         table += [exact, narrow] if len(table) == 1 else [narrow]
     print("| means | " + " | ".join(LANGUAGES) + " |")
     print("|---|" + "---|" * len(LANGUAGES))
@@ -162,23 +160,19 @@ def compare(
     index: VectorIndex,
     asked: list[tuple[str, np.ndarray, set[str]]],
     full: Passages,
-    kept: Projected,
+    kept: Passages,
     k: int,
-    columns: int,
+    steps: tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]],
+    what: str,
+    labels: tuple[str, str],
 ) -> tuple[str, str]:
-    """Each query scored with the means at full width and in ``columns`` directions: agreement printed, and the
-    recall@5 table's row of each returned."""
-    assert model.info is not None and full.means is not None and full.second_means is not None
-    assert kept.means is not None and kept.basis is not None
-    means = np.hstack([full.means, full.second_means])
-    energy = float(np.sum((means @ kept.basis) ** 2) / np.sum(means**2))
+    """Each query scored with ``full`` and with ``kept`` (whose first step ``steps`` gives beside the exact one's):
+    agreement printed, and the recall@5 table's row of each returned."""
+    assert model.info is not None
     found: dict[str, list[list[bool]]] = {lang: [[], []] for lang in LANGUAGES}
     kept_share, same_first, same_five = [], [], []
     for lang, vector, relevant in asked:
-        exact_means = means @ vector
-        quick_means = kept.means @ (vector @ kept.basis)
-        top_exact = set(np.argpartition(-exact_means, k - 1)[:k].tolist())
-        top_quick = set(np.argpartition(-quick_means, k - 1)[:k].tolist())
+        top_exact, top_quick = (set(np.argpartition(-step(vector), k - 1)[:k].tolist()) for step in steps)
         kept_share.append(len(top_exact & top_quick) / k)
         ranked = []
         for n, p in enumerate((full, kept)):
@@ -189,15 +183,34 @@ def compare(
         same_first.append(ranked[0][:1] == ranked[1][:1])
         same_five.append(set(ranked[0]) == set(ranked[1]))
     print(
-        f"{columns} directions ({energy:.4f} of the means' energy), {len(kept_share)} queries: candidates kept "
-        f"{np.mean(kept_share):.3f} (min {min(kept_share):.3f}), same first result {np.mean(same_first):.3f}, "
-        f"same top 5 {np.mean(same_five):.3f}"
+        f"{what}, {len(kept_share)} queries: candidates kept {np.mean(kept_share):.3f} (min {min(kept_share):.3f}), "
+        f"same first result {np.mean(same_first):.3f}, same top 5 {np.mean(same_five):.3f}"
     )
     rows = []
-    for n, label in enumerate((f"{means.shape[1]} columns (the service)", f"{columns} directions")):
+    for n, label in enumerate(labels):
         cells = [f"{np.mean(found[lang][n]):.2f}" for lang in LANGUAGES]
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
     return rows[0], rows[1]
+
+
+def compare_joint(
+    model: TextModel,
+    index: VectorIndex,
+    asked: list[tuple[str, np.ndarray, set[str]]],
+    full: Passages,
+    columns: int,
+    k: int,
+) -> tuple[str, str]:
+    """Both models' means kept together in ``columns`` directions (``projected``)."""
+    assert full.means is not None and full.second_means is not None
+    kept = projected(full, columns)
+    assert kept.means is not None and kept.basis is not None
+    means = np.hstack([full.means, full.second_means])
+    energy = float(np.sum((means @ kept.basis) ** 2) / np.sum(means**2))
+    steps = (lambda v: means @ v, lambda v: kept.means @ (v @ kept.basis))
+    what = f"{columns} directions ({energy:.4f} of the means' energy)"
+    labels = (f"{means.shape[1]} columns (all)", f"{columns} directions")
+    return compare(model, index, asked, full, kept, k, steps, what, labels)
 
 
 def _first_step(p: Passages, vector: np.ndarray, split: int) -> np.ndarray:
@@ -212,38 +225,19 @@ def compare_second(
     index: VectorIndex,
     asked: list[tuple[str, np.ndarray, set[str]]],
     full: Passages,
-    kept: Passages,
-    k: int,
     columns: int,
+    k: int,
 ) -> tuple[str, str]:
-    """``compare`` for USE's means alone kept in ``columns`` directions (``Passages.of(second_directions=)``)."""
-    assert model.info is not None and full.second_means is not None and kept.second_basis is not None
+    """USE's means alone kept in ``columns`` directions, as the service can (``Passages.of(second_directions=)``)."""
+    assert model.info is not None and full.second_means is not None
     split = model.info.split
+    kept = Passages.of(index, prefilter_from=0, split=split, second_directions=columns)
+    assert kept.second_basis is not None
     energy = float(np.sum((full.second_means @ kept.second_basis) ** 2) / np.sum(full.second_means**2))
-    found: dict[str, list[list[bool]]] = {lang: [[], []] for lang in LANGUAGES}
-    kept_share, same_first, same_five = [], [], []
-    for lang, vector, relevant in asked:
-        top_exact = set(np.argpartition(-_first_step(full, vector, split), k - 1)[:k].tolist())
-        top_quick = set(np.argpartition(-_first_step(kept, vector, split), k - 1)[:k].tolist())
-        kept_share.append(len(top_exact & top_quick) / k)
-        ranked = []
-        for n, p in enumerate((full, kept)):
-            scores = p.dense(index.embeddings, vector, model.info)
-            order = [p.ids[i] for i in np.argsort(-scores, kind="stable")[:5]]
-            ranked.append(order)
-            found[lang][n].append(bool(relevant & set(order)))
-        same_first.append(ranked[0][:1] == ranked[1][:1])
-        same_five.append(set(ranked[0]) == set(ranked[1]))
-    print(
-        f"USE's means in {columns} directions ({energy:.4f} of their energy), {len(kept_share)} queries: candidates "
-        f"kept {np.mean(kept_share):.3f} (min {min(kept_share):.3f}), same first result {np.mean(same_first):.3f}, "
-        f"same top 5 {np.mean(same_five):.3f}"
-    )
-    rows = []
-    for n, label in enumerate(("e5 384 + USE 512 columns (the service)", f"e5 384 + USE {columns} directions")):
-        cells = [f"{np.mean(found[lang][n]):.2f}" for lang in LANGUAGES]
-        rows.append(f"| {label} | " + " | ".join(cells) + " |")
-    return rows[0], rows[1]
+    steps = (lambda v: _first_step(full, v, split), lambda v: _first_step(kept, v, split))
+    what = f"USE's means in {columns} directions ({energy:.4f} of their energy)"
+    labels = ("e5 384 + USE 512 columns (all)", f"e5 384 + USE {columns} directions")
+    return compare(model, index, asked, full, kept, k, steps, what, labels)
 
 
 def main() -> int:
