@@ -365,12 +365,18 @@ def dot(matrix: np.ndarray, vector: np.ndarray, rows: np.ndarray | None = None) 
     return out
 
 
-def leading_directions(rows: np.ndarray, count: int, sample: int = 20_000) -> np.ndarray:
+def leading_directions(rows: np.ndarray, count: int, sample: int = 20_000) -> np.ndarray | None:
     """The ``count`` leading eigenvectors (columns) of ``rows``' second-moment matrix, from an even sample of at most
-    ``sample`` rows: the directions that keep most of the rows' products with any vector."""
-    step = max(1, len(rows) // sample)
-    picked = rows[::step].astype(np.float64)
-    _, vectors = np.linalg.eigh(picked.T @ picked)
+    ``sample`` of its finite rows: the directions that keep most of the rows' products with any vector. ``None``
+    where there are too few such rows to tell (the rows are then read whole)."""
+    picked = rows[:: max(1, len(rows) // sample)].astype(np.float64)
+    picked = picked[np.isfinite(picked).all(axis=1)]
+    if len(picked) < count:
+        return None
+    try:
+        _, vectors = np.linalg.eigh(picked.T @ picked)
+    except np.linalg.LinAlgError:
+        return None
     return np.ascontiguousarray(vectors[:, ::-1][:, :count], np.float32)
 
 

@@ -97,6 +97,12 @@ def test_the_second_models_means_kept_in_their_leading_directions() -> None:
         assert not np.allclose(fewer._mean_scores(b), whole._mean_scores(b), atol=1e-2)  # half of them: not so
         exact, quick = whole.score_parts(matrix, [a, b]), narrow.score_parts(matrix, [a, b])
         assert np.allclose(quick[0], exact[0], atol=1e-5) and np.allclose(quick[1], exact[1], atol=1e-4)
+    # a damaged index (a row of NaN) or one with fewer illustrations than directions is read whole, not refused
+    matrix[5, first:] = np.nan
+    damaged = Passages.of(index, split=first, second_directions=span)
+    assert damaged.second_basis is not None and np.isfinite(damaged.second_basis).all()
+    small = VectorIndex([f"ill-{k // 3}" for k in range(30)], [""] * 30, matrix[:30].copy(), "test")
+    assert Passages.of(small, prefilter_from=0, split=first, second_directions=span + 10).second_basis is None
 
 
 def test_the_row_product_leaves_faiss_thread_setting_as_it_was() -> None:
