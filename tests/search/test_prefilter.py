@@ -117,3 +117,25 @@ def test_the_row_product_leaves_faiss_thread_setting_as_it_was() -> None:
         assert faiss.omp_get_max_threads() == 3
     finally:
         faiss.omp_set_num_threads(before)
+
+
+def test_one_damaged_row_costs_only_its_own_illustration_when_the_means_are_narrowed() -> None:
+    """Hostile index: one passage's vector is NaN (a damaged or badly embedded row). With the second model's means
+    kept whole, only that illustration loses its score; kept in their leading directions, the directions are taken
+    from every mean, so that one row must not stop the index from loading (it raised LinAlgError) nor spoil the
+    scores of the others."""
+    rng = np.random.default_rng(23)
+    n, first, second = 300, 16, 24
+    matrix = rng.standard_normal((3 * n, first + second), dtype=np.float32)
+    matrix[:, :first] /= np.linalg.norm(matrix[:, :first], axis=1, keepdims=True)
+    matrix[:, first:] /= np.linalg.norm(matrix[:, first:], axis=1, keepdims=True)
+    matrix[7] = np.nan  # illustration 2's second passage
+    index = VectorIndex([f"ill-{k // 3}" for k in range(3 * n)], [""] * (3 * n), matrix, "test")
+    whole = Passages.of(index, prefilter_from=1, split=first, second_directions=0)
+    narrow = Passages.of(index, prefilter_from=1, split=first, second_directions=first // 2)
+    target = 3 * 100  # illustration 100's first passage, asked in each model's columns alone
+    a, b = np.zeros(first + second, np.float32), np.zeros(first + second, np.float32)
+    a[:first], b[first:] = matrix[target, :first], matrix[target, first:]
+    for passages in (whole, narrow):
+        for scores in passages.score_parts(matrix, [a, b]):
+            assert int(np.nanargmax(scores)) == 100 and np.isfinite(np.delete(scores, 2)).all()
