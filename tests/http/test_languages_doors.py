@@ -116,3 +116,30 @@ async def test_the_search_page_finds_it_and_keeps_the_query_in_its_url(site: Tes
         assert urllib.parse.parse_qs(urllib.parse.urlsplit(seen["url"]).query)["q"] == [query]
         assert seen["field"] == query  # the search box still shows it, as typed
         assert any(TARGET in d for d in seen["descriptions"][:5]), seen["descriptions"]
+
+
+async def test_a_querys_answer_does_not_depend_on_an_earlier_query_in_other_case(
+    site: TestServer, demo_library: dict[str, Any], tmp_path: Path
+) -> None:
+    """Hostile order: "GIGLIO BIANCO" asked first, then "giglio bianco". The text model reads case (the two vectors'
+    cosine is ~0.98), but the query-vector cache's key is the casefolded text, so the second query was ranked with
+    the first one's vector: its dense scores must be those a server that never saw the capitals gives."""
+
+    async def dense(server: TestServer, query: str) -> dict[str, float]:
+        params = {"q": query, "maxPerBook": "1000"}
+        async with aiohttp.ClientSession() as http, http.get(server.make_url("/api/gallery"), params=params) as resp:
+            assert resp.status == 200
+            return {i["id"]: i["scores"]["dense"] for i in (await resp.json())["items"]}
+
+    shouted = await dense(site, "GIGLIO BIANCO")
+    after = await dense(site, "giglio bianco")
+    port = free_port()
+    data = copy_library(demo_library["data"], tmp_path / "other")
+    other = TestServer(build_app(settings_for(data, site_url=f"http://127.0.0.1:{port}", search_wait=600)), port=port)
+    await other.start_server()
+    try:
+        fresh = await dense(other, "giglio bianco")
+    finally:
+        await other.close()
+    assert fresh != shouted  # the model does tell the two apart
+    assert after == fresh
