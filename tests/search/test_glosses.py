@@ -5,6 +5,8 @@ prefixes included, and queries in the library's other languages are left alone."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from imagesvc.search import glosses
@@ -226,3 +228,36 @@ def test_an_italian_query_with_a_plural_is_not_read_as_latin(glossary: Glossary)
     word; read as Latin, "con" is glossed "cone" and "ali" "feed"."""
     found = glossary.gloss("serpente con ali")
     assert found is not None and found.language == "it" and "cone" not in found.text, found
+
+
+@pytest.mark.parametrize("query", ["virtù teologali", "caffè e tè", "Trinità"])
+def test_an_italian_query_in_decomposed_unicode_reads_as_the_composed_one(glossary: Glossary, query: str) -> None:
+    """Hostile (and ordinary, for text pasted from some systems): the accents as combining marks (NFD). The two
+    spellings are the same text to a reader; the combining mark cut "virtù" to "virtu", and nothing was glossed."""
+    import unicodedata
+
+    composed = glossary.gloss(query)
+    assert composed is not None
+    decomposed = glossary.gloss(unicodedata.normalize("NFD", query))
+    assert decomposed is not None and decomposed.text == composed.text, decomposed
+
+
+def test_a_damaged_modern_hebrew_dictionary_falls_back_to_strongs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """milon's data file cut in half (a damaged install): Hebrew is glossed from Strong's, as when milon is not
+    installed at all, rather than not at all."""
+    from importlib.machinery import ModuleSpec
+
+    real = glosses.importlib.util.find_spec
+    source = Path(next(iter(real("milon").submodule_search_locations))) / "data" / "heen.json"
+    copy = tmp_path / "milon"
+    (copy / "data").mkdir(parents=True)
+    text = source.read_text(encoding="utf-8")
+    (copy / "data" / "heen.json").write_text(text[: len(text) // 2], encoding="utf-8")
+    spec = ModuleSpec("milon", None, is_package=True)
+    spec.submodule_search_locations = [str(copy)]
+    monkeypatch.setattr(glosses.importlib.util, "find_spec", lambda name, *a: spec if name == "milon" else real(name))
+    damaged = Glossary()
+    assert "he" in damaged.languages
+    assert "swallow" in _senses(damaged, "נחש הבולע את זנבו")["הבולע"]
