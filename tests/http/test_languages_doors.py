@@ -143,3 +143,19 @@ async def test_a_querys_answer_does_not_depend_on_an_earlier_query_in_other_case
         await other.close()
     assert fresh != shouted  # the model does tell the two apart
     assert after == fresh
+
+
+async def test_a_lone_surrogate_on_the_mcp_door_is_the_callers_error_not_the_services(site: TestServer) -> None:
+    """Hostile JSON: a lone surrogate escape is valid JSON text, so the MCP door hands the tool a str that UTF-8
+    cannot encode; the text model's tokenizer then raised UnicodeEncodeError and the caller was told of an internal
+    fault. REST never sees one (aiohttp replaces undecodable bytes); MCP must answer as a search or as the caller's
+    error, glossed (Italian, Hebrew) or not."""
+    from tests.http.test_mcp import rpc
+
+    for query in ("giglio \\ud800 bianco", "\\udfff", "שושן \\ud83d"):
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search_images", "arguments": {}}}
+        body = json.dumps(call).replace('"arguments": {}', f'"arguments": {{"query": "{query}"}}')
+        status, out = await rpc(site, body.encode(), **{"Content-Type": "application/json"})
+        assert status == 200, out
+        result = out["result"]
+        assert not result["isError"] or result["structuredContent"]["error"] != "internal", (query, result)
