@@ -234,7 +234,7 @@ class DenseText:
         state, model = self._state, self.model
         if state is None or model is None or not len(state[0].ids):
             return None
-        key = "dense:" + " ".join(text.casefold().split())
-        vector = self.cache.vector(key, lambda: model.query(text))
+        text = " ".join(text.split())  # the key is the text encoded: the model reads case, so the key keeps it
+        vector = self.cache.vector("dense:" + text, lambda: model.query(text))
         assert model.info is not None
         return state[1].ids, state[1].dense(state[0].embeddings, vector, model.info)

@@ -306,7 +306,8 @@ class SearchEngine:
     def _text_vector(self, text: str) -> np.ndarray:
         encoder = self.encoder
         assert encoder is not None
-        return self.cache.vector(" ".join(text.casefold().split()), lambda: encoder.encode_text([text])[0])
+        text = " ".join(text.split())  # the key is the text encoded: the model reads case, so the key keeps it
+        return self.cache.vector(text, lambda: encoder.encode_text([text])[0])
 
     def _run(self, snap: SearchSnapshot, q: Query, text_scores: TextScores | None) -> Ranked:
         table, vector = snap.table, None

