@@ -369,7 +369,7 @@ def leading_directions(rows: np.ndarray, count: int, sample: int = 20_000) -> np
     """The ``count`` leading eigenvectors (columns) of ``rows``' second-moment matrix, from an even sample of at most
     ``sample`` of its finite rows: the directions that keep most of the rows' products with any vector. ``None``
     where there are too few such rows to tell (the rows are then read whole)."""
-    picked = rows[:: max(1, len(rows) // sample)].astype(np.float64)
+    picked = rows[:: max(1, -(-len(rows) // sample))].astype(np.float64)
     picked = picked[np.isfinite(picked).all(axis=1)]
     if len(picked) < count:
         return None

@@ -458,7 +458,13 @@ class Glossary:
                 try:
                     self._lexicons[code] = {"la": _Latin, "he": _Hebrew, "it": _Italian}[code]()
                 except Exception as exc:  # a damaged or changed package: any error means "no glosses here"
-                    log.warning("query glosses: the %s dictionary cannot be read (%r); no %s glosses", code, exc, code)
+                    log.warning(
+                        "query glosses: the %s dictionary cannot be read (%s: %.200s); no %s glosses",
+                        code,
+                        type(exc).__name__,
+                        exc,
+                        code,
+                    )
                     self.languages = tuple(c for c in self.languages if c != code)
                     return None
             return self._lexicons[code]
