@@ -108,6 +108,23 @@ class Gloss:
     known: frozenset[str] = frozenset()  # the query's words the dictionary knows (casefolded): spelt right
 
 
+def _accepted(words: list[str], forms: set[str], stopwords: set[str], foreign: set[str]) -> frozenset[str] | None:
+    """Whether a query of ``words`` (casefolded) is in a lexicon's language, ``forms`` being the words it has a form
+    of: ``None`` if a function word of another language (``foreign``) is none of its forms ("che", "le", "d'", "y"),
+    or fewer than two thirds of the words are its own, or they are no more than the English ones; else the words it
+    knows. Another language's function word counts against it even where the lexicon has a form of it (WORDS parses
+    "une" and "und", the Italian wordnet has "et" as E.T.)."""
+    from imagesvc.search.spelling import english_word
+
+    if any(w in foreign and w not in forms for w in words):
+        return None
+    own = [w for w in words if (w in forms and w not in foreign) or w in stopwords]
+    english = [w for w in words if english_word(w) and w not in stopwords]
+    if len(own) * 3 < len(words) * 2 or len(own) <= len(english):
+        return None
+    return frozenset(w for w in words if w in forms or w in stopwords)
+
+
 class _Latin:
     """Whitaker's WORDS, reduced to what a lookup needs: stems to (entry, principal part), endings to the kinds of
     stem that take them, and each entry's part of speech, kind, frequency and first sense."""
@@ -152,17 +169,10 @@ class _Latin:
         return sorted(found.values(), key=lambda e: e[2])
 
     def gloss(self, words: list[str]) -> tuple[list[tuple[str, str]], frozenset[str]] | None:
-        from imagesvc.search.spelling import english_word
-
         lower = [w.casefold() for w in words]
         parsed = {w: self.parses(w) if len(w) > 1 else [] for w in lower}  # "d'", "y": abbreviations in WORDS
-        if any(w in self.foreign and not parsed[w] for w in lower):  # "che", "le", "d'": not a Latin query
-            return None
-        # another language's function word counts against Latin even where WORDS has a form of it ("une", "und")
-        latin = [w for w in lower if (parsed[w] and w not in self.foreign) or w in self.stopwords]
-        known = frozenset(w for w in lower if parsed[w] or w in self.stopwords)
-        english = [w for w in lower if english_word(w) and w not in self.stopwords]
-        if len(latin) * 3 < len(lower) * 2 or len(latin) <= len(english):
+        known = _accepted(lower, {w for w in lower if parsed[w]}, self.stopwords, self.foreign)
+        if known is None:
             return None
         out = []
         for w in lower:
@@ -282,17 +292,10 @@ class _Italian:
         return next((form for form in forms if form in self.senses), None)
 
     def gloss(self, words: list[str]) -> tuple[list[tuple[str, str]], frozenset[str]] | None:
-        from imagesvc.search.spelling import english_word
-
         lower = [w.casefold() for w in words]
         lemmas = {w: self.lemma(w) if len(w) > 1 else None for w in lower}  # "y": yttrium in the wordnet
-        if any(w in self.foreign and not lemmas[w] for w in lower):  # "y", "les", "der": not an Italian query
-            return None
-        # another language's function word counts against Italian even where the wordnet has it ("et": ET)
-        italian = [w for w in lower if (lemmas[w] and w not in self.foreign) or w in self.stopwords]
-        known = frozenset(w for w in lower if lemmas[w] or w in self.stopwords)
-        english = [w for w in lower if english_word(w) and w not in self.stopwords]
-        if len(italian) * 3 < len(lower) * 2 or len(italian) <= len(english):
+        known = _accepted(lower, {w for w in lower if lemmas[w]}, self.stopwords, self.foreign)
+        if known is None:
             return None
         out = [(w, self.senses[lemma]) for w in lower if (lemma := lemmas[w]) and self._content(w, lemma)]
         return out, known
