@@ -148,11 +148,16 @@ def relevance(args: argparse.Namespace) -> None:
     cells = " | ".join(f"{np.mean(hits[x]):.2f}" for x in LANGUAGES)
     table = [f"| every passage scored (no first step) | {cells} |"]
     for columns in args.columns:  # --second: e5's means whole, USE's in their leading directions (the service's)
-        exact, narrow = (compare_second if args.second else compare_joint)(model, index, asked, full, columns, k)
+        narrowed = second_only(index, full, columns, model.info.split) if args.second else joint(full, columns)
+        exact, narrow = compare(model, index, asked, full, k, *narrowed)
         table += [exact, narrow] if len(table) == 1 else [narrow]
     print("| means | " + " | ".join(LANGUAGES) + " |")
     print("|---|" + "---|" * len(LANGUAGES))
     print(*table, sep="\n")
+
+
+Step = Callable[[np.ndarray], np.ndarray]  # a query vector -> each illustration's first-step score
+Narrowed = tuple[Passages, tuple[Step, Step], str, tuple[str, str]]  # the narrowed means, both steps, what, labels
 
 
 def compare(
@@ -160,9 +165,9 @@ def compare(
     index: VectorIndex,
     asked: list[tuple[str, np.ndarray, set[str]]],
     full: Passages,
-    kept: Passages,
     k: int,
-    steps: tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]],
+    kept: Passages,
+    steps: tuple[Step, Step],
     what: str,
     labels: tuple[str, str],
 ) -> tuple[str, str]:
@@ -193,24 +198,16 @@ def compare(
     return rows[0], rows[1]
 
 
-def compare_joint(
-    model: TextModel,
-    index: VectorIndex,
-    asked: list[tuple[str, np.ndarray, set[str]]],
-    full: Passages,
-    columns: int,
-    k: int,
-) -> tuple[str, str]:
-    """Both models' means kept together in ``columns`` directions (``projected``)."""
+def joint(full: Passages, columns: int) -> Narrowed:
+    """Both models' means kept together in ``columns`` directions (``projected``): what ``compare`` needs."""
     assert full.means is not None and full.second_means is not None
     kept = projected(full, columns)
     assert kept.means is not None and kept.basis is not None
     means = np.hstack([full.means, full.second_means])
     energy = float(np.sum((means @ kept.basis) ** 2) / np.sum(means**2))
     steps = (lambda v: means @ v, lambda v: kept.means @ (v @ kept.basis))
-    what = f"{columns} directions ({energy:.4f} of the means' energy)"
     labels = (f"{means.shape[1]} columns (all)", f"{columns} directions")
-    return compare(model, index, asked, full, kept, k, steps, what, labels)
+    return kept, steps, f"{columns} directions ({energy:.4f} of the means' energy)", labels
 
 
 def _first_step(p: Passages, vector: np.ndarray, split: int) -> np.ndarray:
@@ -220,24 +217,15 @@ def _first_step(p: Passages, vector: np.ndarray, split: int) -> np.ndarray:
     return sum(p._mean_scores(part) for part in (first, second) if part.any())  # type: ignore[return-value]
 
 
-def compare_second(
-    model: TextModel,
-    index: VectorIndex,
-    asked: list[tuple[str, np.ndarray, set[str]]],
-    full: Passages,
-    columns: int,
-    k: int,
-) -> tuple[str, str]:
-    """USE's means alone kept in ``columns`` directions, as the service can (``Passages.of(second_directions=)``)."""
-    assert model.info is not None and full.second_means is not None
-    split = model.info.split
+def second_only(index: VectorIndex, full: Passages, columns: int, split: int) -> Narrowed:
+    """USE's means alone kept in ``columns`` directions, as the service does (``Passages.of(second_directions=)``)."""
+    assert full.second_means is not None
     kept = Passages.of(index, prefilter_from=0, split=split, second_directions=columns)
     assert kept.second_basis is not None
     energy = float(np.sum((full.second_means @ kept.second_basis) ** 2) / np.sum(full.second_means**2))
     steps = (lambda v: _first_step(full, v, split), lambda v: _first_step(kept, v, split))
-    what = f"USE's means in {columns} directions ({energy:.4f} of their energy)"
     labels = ("e5 384 + USE 512 columns (all)", f"e5 384 + USE {columns} directions")
-    return compare(model, index, asked, full, kept, k, steps, what, labels)
+    return kept, steps, f"USE's means in {columns} directions ({energy:.4f} of their energy)", labels
 
 
 def main() -> int:
