@@ -317,6 +317,13 @@ def main() -> None:
         help="pyramid steps of a small query's further looks, comma-separated (empty: none)",
     )
     parser.add_argument(
+        "--patch",
+        type=int,
+        default=features.DESCRIPTOR_PATCH,
+        choices=sorted(feature_index.DISTANCES),
+        help="side of each descriptor's patch, px (feature_index.use_patch; a --cache holds one patch's features)",
+    )
+    parser.add_argument(
         "--guided", type=int, default=feature_index.GUIDED_CANDIDATES, help="matched again by position (0: none)"
     )
     parser.add_argument(
@@ -339,6 +346,7 @@ def main() -> None:
     feature_index.EXPAND_NPROBE = args.expand_nprobe
     feature_index.GUIDED_CANDIDATES = args.guided
     features.COARSER_LEVELS = tuple(int(n) for n in args.coarser.split(",") if n)
+    feature_index.use_patch(args.patch)
     feature_index.EXPAND_FROM = args.expand
 
     size = args.size
@@ -353,6 +361,13 @@ def main() -> None:
         f"guided {args.guided}, expand {args.expand}"
     )
 
+    if args.cache:  # a cache holds the features of one patch (one written before this was said: 19 px)
+        said = args.cache / "patch.txt"
+        held = int(said.read_text()) if said.exists() else (19 if any(args.cache.glob("*")) else args.patch)
+        if held != args.patch:
+            parser.error(f"{args.cache} holds features of a {held} px patch, not --patch {args.patch}")
+        args.cache.mkdir(parents=True, exist_ok=True)
+        said.write_text(str(args.patch))
     cached = _load_cache(args.cache, size) if args.cache else None
     if cached is not None:
         index = cached

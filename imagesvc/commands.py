@@ -134,7 +134,7 @@ async def _demo_indexes(settings: Settings) -> list[str]:
     makes and publishes them (docs/search.md), holding the index lock as `imagesvc index` does."""
     from imagesvc.catalog.backends import open_catalog
     from imagesvc.catalog.run_lock import exclusive_run
-    from imagesvc.search.block_index import PARAMS, sync_blocks
+    from imagesvc.search.block_index import params, sync_blocks
     from imagesvc.search.dense import run_text_index, shared_model
     from imagesvc.search.text_seed import DEMO_SEED, seed_text_index
     from imagesvc.storage import make_store
@@ -153,7 +153,7 @@ async def _demo_indexes(settings: Settings) -> list[str]:
                 lines.append(text.line())
             blocks = (await sync_blocks(settings.data_dir, catalog, store))[1]
             lines.append(blocks.line())
-            made = {"blocks": (PARAMS, blocks.illustrations)}
+            made = {"blocks": (params(), blocks.illustrations)}
             if text is not None:
                 made["text"] = (text.model, text.vectors)
             lines += await _publish_indexes(settings, catalog, store, made)
@@ -219,7 +219,7 @@ def cmd_index(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _index_locked(settings: Settings, args: argparse.Namespace, catalog: Any, store: Any) -> dict[str, Any]:
     """``imagesvc index``'s work, done while it holds the index lock."""
-    from imagesvc.search.block_index import PARAMS, sync_blocks
+    from imagesvc.search.block_index import params, sync_blocks
     from imagesvc.search.clip import Encoder, clip_spec
     from imagesvc.search.dense import run_text_index
     from imagesvc.search.index import run_index
@@ -237,7 +237,7 @@ async def _index_locked(settings: Settings, args: argparse.Namespace, catalog: A
     blocks = await sync_blocks(settings.data_dir, catalog, store, full=args.full)
     result["blocks"] = blocks[1].as_dict()
     lines.append(blocks[1].line())
-    made["blocks"] = (PARAMS, blocks[1].illustrations)
+    made["blocks"] = (params(), blocks[1].illustrations)
     if spec.enabled:
         summary = await run_index(settings, catalog, store, Encoder(spec), progress=not args.quiet, full=args.full)
         result |= summary.as_dict()

@@ -31,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from imagesvc.search import features
 from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index, chunks
 from imagesvc.search.features import STORED_KEYPOINTS, STORED_SIDE, Features, decode_reduced, extract
 
-__all__ = ["BlockIndex", "BlockIndexSummary", "load_blocks", "sync_blocks"]
+__all__ = ["BlockIndex", "BlockIndexSummary", "load_blocks", "params", "sync_blocks"]
 
 log = logging.getLogger("imagesvc.search.blocks")
 FOLDER = "featureindex"
@@ -44,6 +45,19 @@ TRAIN_SAMPLE = 400_000  # descriptors the inverted file's centroids are trained 
 # (``index-<digest>.desc.npy``, memory-mapped) for guided matching and expansion (``FeatureIndex.search``)
 PARAMS = f"orb-{STORED_SIDE}-{STORED_KEYPOINTS}-v3"
 SOURCE_TIERS = ("display", "thumb", "full")  # display (2,000 px) decoded by DCT scaling to about 1,000 px
+
+
+def _describer() -> str:
+    """The descriptors' patch, as features files and the index's parameters say it (the first, 19 px, unsaid, as in
+    files written before it could change): files of another patch are extracted again, an index of another made
+    again (``feature_index.use_patch``)."""
+    patch = features.DESCRIPTOR_PATCH
+    return "" if patch == 19 else f"-patch{patch}"
+
+
+def params() -> str:
+    """What an index is made with (its digest's, ``current.json``'s and a published index's ``model``)."""
+    return PARAMS + _describer()
 
 
 @dataclass
@@ -114,21 +128,27 @@ def current_digest(data_dir: Path) -> str | None:
         return None
 
 
-def _extract_bytes(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Worker: decode reduced and extract (top-level, so a spawned process can run it)."""
+def _extract_bytes(data: bytes, patch: int = 19) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Worker: decode reduced and extract with descriptors of ``patch`` px (top-level, so a spawned process can run
+    it; told the patch, as a spawned process starts with the default)."""
+    features.DESCRIPTOR_PATCH = patch
     f = extract(decode_reduced(data, STORED_SIDE))
     return f.xy, f.desc, f.shape if f.shape is not None else np.zeros((len(f.xy), 2), np.uint8)
 
 
-def _read_shards(folder: Path, wanted: set[str]) -> dict[str, tuple[str, int]]:
-    """Where each wanted content key's features are: (features file, position in it)."""
+def _read_shards(folder: Path, wanted: set[str], stale: list[Path] | None = None) -> dict[str, tuple[str, int]]:
+    """Where each wanted content key's features are: (features file, position in it). Files of another describer
+    are passed over and listed in ``stale``."""
     out: dict[str, tuple[str, int]] = {}
     for path in sorted(folder.glob("*.npz")):
         try:
             # our own file object: np.load leaves a file it opened itself open when the archive is cut short
             with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:
                 keys = data["keys"].tolist()
-                if "shape" not in data.files:  # made before keypoint shapes were kept: extracted again
+                describer = str(data["describer"]) if "describer" in data.files else ""
+                if "shape" not in data.files or describer != _describer():  # made by an earlier version: again
+                    if stale is not None:
+                        stale.append(path)
                     continue
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:  # cut short by a killed run: made again
             log.warning("ignoring unreadable %s: %s", path, exc)
@@ -150,6 +170,7 @@ def _write_shard(folder: Path, keys: list[str], feats: list[tuple[np.ndarray, np
             xy=np.concatenate([x for x, _, _ in feats]).astype(np.float32) if feats else np.zeros((0, 2), np.float32),
             desc=np.concatenate([d for _, d, _ in feats]) if feats else np.zeros((0, 32), np.uint8),
             shape=np.concatenate([s for _, _, s in feats]) if feats else np.zeros((0, 2), np.uint8),
+            describer=np.array(_describer()),
         )
     os.replace(tmp, folder / f"{digest}.npz")
 
@@ -217,7 +238,7 @@ def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple
     os.replace(tmp, folder / f"index-{digest}.npz")
     pointer = folder / f".current.{os.getpid()}.tmp"
     pointer.write_text(
-        json.dumps({"digest": digest, "illustrations": len(ids), "descriptors": total, "params": PARAMS})
+        json.dumps({"digest": digest, "illustrations": len(ids), "descriptors": total, "params": params()})
     )
     os.replace(pointer, folder / "current.json")
     for old in folder.glob("index-*"):  # earlier indexes: a serving node holds what it loaded in memory
@@ -245,7 +266,8 @@ async def sync_blocks(
     # never the data dir itself: a data dir removed under a writer (a replaced snapshot's) stays removed
     folder.mkdir(exist_ok=True)
     shards.mkdir(exist_ok=True)
-    where = await asyncio.to_thread(_read_shards, shards, {k for _, k in wanted})
+    stale: list[Path] = []
+    where = await asyncio.to_thread(_read_shards, shards, {k for _, k in wanted}, stale)
     todo = [(iid, k) for iid, k in wanted if k not in where]
     todo = list({k: (iid, k) for iid, k in todo}.values())  # one extraction per distinct content
     failed: set[str] = set()
@@ -258,7 +280,8 @@ async def sync_blocks(
             for start in range(0, len(todo), BATCH):
                 batch = todo[start : start + BATCH]
                 datas = await asyncio.gather(*(_read(store, tiers.get(iid, {})) for iid, _ in batch))
-                jobs = [loop.run_in_executor(pool, _extract_bytes, d) if d else None for d in datas]
+                patch = features.DESCRIPTOR_PATCH
+                jobs = [loop.run_in_executor(pool, _extract_bytes, d, patch) if d else None for d in datas]
                 keys, feats = [], []
                 for (iid, key), job in zip(batch, jobs, strict=True):
                     try:
@@ -274,12 +297,14 @@ async def sync_blocks(
         where = await asyncio.to_thread(_read_shards, shards, {k for _, k in wanted})
     live = [(iid, k) for iid, k in wanted if k in where]
     ids, keys = [iid for iid, _ in live], [k for _, k in live]
-    digest = hashlib.sha256(("\n".join(f"{i} {k}" for i, k in live) + PARAMS).encode()).hexdigest()[:20]
+    digest = hashlib.sha256(("\n".join(f"{i} {k}" for i, k in live) + params()).encode()).hexdigest()[:20]
     index = None
     if current_digest(data_dir) == digest:
         index = await asyncio.to_thread(load_blocks, data_dir)
     if index is None:
         index = await asyncio.to_thread(_build, folder, ids, keys, where, digest)
+    for path in stale:  # an earlier version's features, none of them in the index now current
+        path.unlink(missing_ok=True)
     summary = BlockIndexSummary(
         len(ids),
         len(todo) - len(failed),

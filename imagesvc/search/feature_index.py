@@ -34,9 +34,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from imagesvc.search import features
 from imagesvc.search.features import STORED_SIDE, Features, near_pairs
 
-__all__ = ["Candidate", "FeatureIndex", "build_index"]
+__all__ = ["Candidate", "FeatureIndex", "build_index", "use_patch"]
 
 KP_BITS = 12  # keypoints per illustration < 4096
 K = 0  # stored neighbours per query descriptor; 0: ``neighbours(count)``
@@ -124,6 +125,22 @@ class Fit(NamedTuple):
 
 
 NO_FIT = Fit(0, 0, 0, math.inf, 0)
+
+
+# The Hamming distances of this module (MAX_HAMMING, SIGMA, GUIDED_HAMMING, STRONG_HAMMING) for each descriptor
+# patch (``features.DESCRIPTOR_PATCH``): chosen for 19 px; for 41 px each 1.5 times as far, as a printing's pairs
+# are (the median of a crop's true pairs 37 -> 54 bits, docs/search.md). Not chosen for any other patch.
+DISTANCES = {19: (40, 16.0, 64, 32), 41: (60, 24.0, 96, 48)}
+
+
+def use_patch(patch: int) -> None:
+    """Describe and match with descriptors of ``patch`` px (a key of ``DISTANCES``), in this process: the features
+    extracted from now on and the distances they are matched at. An index holds one patch's descriptors."""
+    if patch not in DISTANCES:
+        raise ValueError(f"no distances chosen for a {patch} px patch: one of {sorted(DISTANCES)}")
+    global MAX_HAMMING, SIGMA, GUIDED_HAMMING, STRONG_HAMMING
+    features.DESCRIPTOR_PATCH = patch
+    MAX_HAMMING, SIGMA, GUIDED_HAMMING, STRONG_HAMMING = DISTANCES[patch]
 
 
 def _nlist(descriptors: int) -> int:

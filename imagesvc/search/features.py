@@ -81,10 +81,10 @@ def decode_reduced(data: bytes, side: int) -> Image.Image:
     return image.convert("L")
 
 
-def _orb(n: int) -> object:
+def _orb(n: int, patch: int = 19) -> object:
     import cv2
 
-    return cv2.ORB_create(nfeatures=n, scaleFactor=1.2, nlevels=8, edgeThreshold=19, patchSize=19, fastThreshold=12)
+    return cv2.ORB_create(nfeatures=n, scaleFactor=1.2, nlevels=8, edgeThreshold=19, patchSize=patch, fastThreshold=12)
 
 
 def _spread(kps: list, n: int, size: tuple[int, int], grid: int = GRID) -> list:
@@ -108,6 +108,12 @@ def _spread(kps: list, n: int, size: tuple[int, int], grid: int = GRID) -> list:
     return out
 
 
+# The side of the patch each descriptor is drawn from, in pixels of its keypoint's pyramid level (keypoints are found
+# and oriented on ORB's own 19 either way). A larger patch tells a stroke from its look-alikes in other pictures
+# better: of a crop's true pairs, half again as many rank above every same-subject look-alike with 41 px (docs/
+# search.md), but a recut copy of a block then agrees with it more too. Set through ``feature_index.use_patch``,
+# which also sets the distances matching needs; an index holds one patch's descriptors (``block_index.params``).
+DESCRIPTOR_PATCH = 19
 MIN_SIDE = 64  # px: smaller pictures (after reduction) yield no keypoints worth matching
 
 
@@ -194,9 +200,8 @@ def _extract_grey(grey: np.ndarray, keypoints: int) -> Features:
     size = (grey.shape[1], grey.shape[0])
     if min(size) < MIN_SIDE:  # ORB's pyramid and patch need room: a sliver of a picture has no features
         return empty(size)
-    orb = _orb(keypoints * 4)
-    kps = _spread(list(orb.detect(grey, None)), keypoints, size)  # type: ignore[attr-defined]
-    kps, desc = orb.compute(grey, kps)  # type: ignore[attr-defined]
+    kps = _spread(list(_orb(keypoints * 4).detect(grey, None)), keypoints, size)  # type: ignore[attr-defined]
+    kps, desc = _orb(keypoints, DESCRIPTOR_PATCH).compute(grey, kps)  # type: ignore[attr-defined]
     if desc is None or not kps:
         return empty(size)
     xy = np.array([k.pt for k in kps], np.float32)

@@ -1,0 +1,140 @@
+"""The side of the patch search by image draws its descriptors from (``feature_index.use_patch``): what a larger one
+buys on line art, and an index that never mixes two patches' descriptors."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fixtures.woodcuts import QUERY_SCAN, crop_box, degrade, from_block, library, render, to_block
+from imagesvc.catalog import Catalog
+from imagesvc.search import feature_index, features
+from imagesvc.search.block_index import current_digest, load_blocks, params, sync_blocks
+from imagesvc.search.features import STORED_SIDE, decode_reduced, extract, grey_reduced, near_pairs
+from imagesvc.storage.local import LocalStore
+from tests.library import copy_library
+
+SIZE = 60
+_POP = np.array([bin(b).count("1") for b in range(256)], np.uint8)
+
+
+@pytest.fixture
+def patch() -> Iterator[Any]:
+    """``use_patch``, with the default put back after the test (it is this process's setting)."""
+    try:
+        yield feature_index.use_patch
+    finally:
+        feature_index.use_patch(19)
+
+
+def _stored(ill: Any) -> Image.Image:
+    buf = io.BytesIO()
+    render(ill, SIZE).save(buf, "JPEG", quality=90)
+    return decode_reduced(buf.getvalue(), STORED_SIDE)
+
+
+def _true_pairs_kept() -> tuple[int, int]:
+    """Over a third of each side of the first printing of every reused block: the true pairs (a query keypoint and
+    its twin, the keypoint of another printing of its block at the place the generator says it shows, found at the
+    query's orientation and about three pyramid levels lower, the crop being shown about 1.7 times larger), and how
+    many of them no descriptor of any other illustration of the library comes nearer than the twin (the pairs an
+    index over many look-alikes still returns)."""
+    lib = library(SIZE)
+    stored = [extract(_stored(ill)) for ill in lib]
+    everything = np.concatenate([f.desc for f in stored])
+    owner = np.repeat(np.arange(len(lib)), [len(f.desc) for f in stored])
+    pairs = kept = 0
+    for q in {ill.block: ill for ill in reversed(lib) if ill.kind == "printing"}.values():
+        picture = degrade(q, SIZE, "crop33")
+        query = features._extract_grey(grey_reduced(picture, features.QUERY_SIDE), features.QUERY_KEYPOINTS)
+        assert query.shape is not None
+        left, top, _, _ = crop_box(q, SIZE, "crop33")
+        uv = to_block(q, SIZE, QUERY_SCAN, query.xy * (picture.width / query.size[0]) + [left, top])
+        for other in (ill for ill in lib if ill.block == q.block and ill.number != q.number):
+            mine = stored[other.number]
+            assert mine.shape is not None
+            where = (from_block(other, SIZE, other.side, uv) * min(1.0, STORED_SIDE / other.side)).astype(np.float32)
+            at, on = near_pairs(where, mine.xy, 3.0)
+            turn = (query.shape[at, 0].astype(int) - mine.shape[on, 0] + 128) % 256 - 128
+            levels = query.shape[at, 1].astype(int) - mine.shape[on, 1]
+            twins = (np.abs(turn) <= 12) & (np.abs(levels - 3) <= 1)
+            at, on = at[twins], on[twins]
+            apart = _POP[query.desc[at] ^ mine.desc[on]].sum(1)
+            for a in np.unique(at):  # each query keypoint with its nearest twin
+                twin = apart[at == a].min()
+                pairs += 1
+                kept += int(_POP[query.desc[a] ^ everything[owner != other.number]].sum(1).min() >= twin)
+    return pairs, kept
+
+
+def test_a_larger_patch_loses_fewer_of_a_small_crops_true_pairs_to_other_pictures(patch: Any) -> None:
+    """On crops to a third of each side, the descriptors of 41 px patches keep more of the true pairs nearest to
+    their twins than ORB's own 19 px (the look-alikes of other pictures crowd them less); the test fails with the
+    patch unchanged."""
+    pairs19, kept19 = _true_pairs_kept()
+    patch(41)
+    pairs41, kept41 = _true_pairs_kept()
+    assert pairs19 == pairs41 > 200  # the same keypoints and twins, described from other patches
+    assert kept41 > 1.3 * kept19, (pairs19, kept19, pairs41, kept41)
+
+
+def test_use_patch_sets_the_distances_and_refuses_a_patch_nobody_chose_them_for(patch: Any) -> None:
+    picture = _stored(library(SIZE)[0])
+    before = extract(picture)
+    patch(41)
+    after = extract(picture)
+    assert features.DESCRIPTOR_PATCH == 41 and feature_index.MAX_HAMMING == 60 and feature_index.SIGMA == 24.0
+    assert np.array_equal(before.xy, after.xy) and not np.array_equal(before.desc, after.desc)
+    with pytest.raises(ValueError, match="no distances chosen for a 31 px patch"):
+        patch(31)
+    assert features.DESCRIPTOR_PATCH == 41  # a refused patch changes nothing
+    patch(19)
+    assert feature_index.MAX_HAMMING == 40 and np.array_equal(extract(picture).desc, before.desc)
+
+
+async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_files_removed(
+    demo_library: dict[str, Any], tmp_path: Path, patch: Any
+) -> None:
+    """Features files say their patch: changing it extracts every illustration again (none of the old descriptors
+    enters the new index), removes the old files once the new index is current, and changes the index's digest;
+    going back extracts again. Files written before the patch was said are the first patch's (19 px)."""
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+    shards = data / "featureindex" / "features"
+    try:
+        first, summary = await sync_blocks(data, catalog, store, full=True, workers=1)
+        for path in shards.glob("*.npz"):  # as written before the patch was said
+            with np.load(path) as old:
+                kept = {k: old[k] for k in old.files if k != "describer"}
+            with open(path, "wb") as f:
+                np.savez(f, **kept)
+        _, same = await sync_blocks(data, catalog, store, workers=1)
+        assert same.extracted == 0 and current_digest(data) == first.digest
+        old_files = set(shards.glob("*.npz"))
+        patch(41)
+        assert params().endswith("-patch41")
+        larger, again = await sync_blocks(data, catalog, store, workers=2)  # spawned workers are told the patch
+        assert again.extracted == summary.extracted and again.kept == 0
+        assert larger.digest != first.digest and current_digest(data) == larger.digest
+        assert not old_files & set(shards.glob("*.npz"))
+        loaded = load_blocks(data)
+        assert loaded is not None
+        expected = extract(decode_reduced((await store.get(_display(catalog, loaded.ids[0]))).data, STORED_SIDE))
+        assert np.array_equal(loaded.features.features_of(0).desc, expected.desc)
+        patch(19)
+        back, summary19 = await sync_blocks(data, catalog, store, workers=1)
+        assert summary19.extracted == summary.extracted and back.digest == first.digest
+    finally:
+        catalog.close()
+        await store.close()
+
+
+def _display(catalog: Catalog, iid: str) -> str:
+    tiers = catalog.renditions([iid])[iid]
+    return tiers["display"]["clean_key"]
