@@ -324,6 +324,10 @@ def main() -> None:
         help="side of each descriptor's patch, px (feature_index.use_patch; a --cache holds one patch's features)",
     )
     parser.add_argument(
+        "--distances",
+        help="MAX_HAMMING,SIGMA,GUIDED_HAMMING,STRONG_HAMMING instead of those chosen for the patch (an experiment)",
+    )
+    parser.add_argument(
         "--guided", type=int, default=feature_index.GUIDED_CANDIDATES, help="matched again by position (0: none)"
     )
     parser.add_argument(
@@ -347,6 +351,10 @@ def main() -> None:
     feature_index.GUIDED_CANDIDATES = args.guided
     features.COARSER_LEVELS = tuple(int(n) for n in args.coarser.split(",") if n)
     feature_index.use_patch(args.patch)
+    if args.distances:
+        hamming, sigma, guided, strong = (float(v) for v in args.distances.split(","))
+        feature_index.MAX_HAMMING, feature_index.SIGMA = int(hamming), sigma
+        feature_index.GUIDED_HAMMING, feature_index.STRONG_HAMMING = int(guided), int(strong)
     feature_index.EXPAND_FROM = args.expand
 
     size = args.size
