@@ -55,6 +55,12 @@ def _describer() -> str:
     return "" if patch == 19 else f"-patch{patch}"
 
 
+def _patch_of(made_with: str) -> int:
+    """The descriptor patch an index's ``params`` say (none said: 19 px, the first)."""
+    _, said, patch = made_with.rpartition("-patch")
+    return int(patch) if said and patch.isdigit() else 19
+
+
 def params() -> str:
     """What an index is made with (its digest's, ``current.json``'s and a published index's ``model``)."""
     return PARAMS + _describer()
@@ -99,7 +105,8 @@ def _key(iid: str, content: str) -> str:
 
 
 def load_blocks(data_dir: Path) -> BlockIndex | None:
-    """The current index of ``data_dir`` (``None`` when none was made); blocking: call it off the event loop."""
+    """The current index of ``data_dir`` (``None`` when none was made); blocking: call it off the event loop.
+    ``ValueError`` when it holds descriptors of another patch than this process describes queries with."""
     import faiss
 
     folder = _folder(data_dir)
@@ -108,6 +115,12 @@ def load_blocks(data_dir: Path) -> BlockIndex | None:
     except FileNotFoundError:
         return None
     digest = pointer["digest"]
+    made, here = _patch_of(str(pointer.get("params", ""))), features.DESCRIPTOR_PATCH
+    if made != here:  # its descriptors and the queries' would not compare: every answer would be noise
+        raise ValueError(
+            f"the feature index {digest} holds descriptors of {made} px patches and this process describes queries "
+            f"with {here} px ones: run `imagesvc index` here"
+        )
     with open(folder / f"index-{digest}.npz", "rb") as f, np.load(f, allow_pickle=False) as data:
         ids, content = data["ids"].tolist(), data["content"].tolist()
         counts, xy = data["counts"], data["xy"]

@@ -103,7 +103,8 @@ async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_fil
 ) -> None:
     """Features files say their patch: changing it extracts every illustration again (none of the old descriptors
     enters the new index), removes the old files once the new index is current, and changes the index's digest;
-    going back extracts again. Files written before the patch was said are the first patch's (19 px)."""
+    going back extracts again. Files written before the patch was said are the first patch's (19 px). A process
+    describing its queries with another patch than the index's refuses to load it."""
     data = copy_library(demo_library["data"], tmp_path / "data")
     catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
     shards = data / "featureindex" / "features"
@@ -128,6 +129,8 @@ async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_fil
         expected = extract(decode_reduced((await store.get(_display(catalog, loaded.ids[0]))).data, STORED_SIDE))
         assert np.array_equal(loaded.features.features_of(0).desc, expected.desc)
         patch(19)
+        with pytest.raises(ValueError, match="descriptors of 41 px patches and this process describes queries with 19"):
+            load_blocks(data)  # a node describing its queries otherwise never answers from it
         back, summary19 = await sync_blocks(data, catalog, store, workers=1)
         assert summary19.extracted == summary.extracted and back.digest == first.digest
     finally:
