@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import phash_reference as ref
 from fixtures.woodcuts import DEGRADATIONS, Illustration, degrade, library, render
 from imagesvc.search import feature_index, features
-from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index
+from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index, use_patch
 from imagesvc.search.features import STORED_SIDE, Features, decode_reduced, extract, extract_query
 
 __all__ = ["main"]
@@ -124,7 +124,8 @@ def _features(size: int, folder: Path, workers: int) -> tuple[list[Path], float,
     started = time.perf_counter()
     if todo:
         print(f"features: {len(paths) - len(todo)} of {len(paths)} shards cached, making {len(todo)}", flush=True)
-        with ProcessPoolExecutor(workers) as pool:
+        # told the patch (a pool that spawns its workers would start them at the default)
+        with ProcessPoolExecutor(workers, initializer=use_patch, initargs=(features.DESCRIPTOR_PATCH,)) as pool:
             for done, _ in enumerate(pool.map(_shard, todo), 1):
                 if done % max(1, len(todo) // 10) == 0:
                     print(f"  {done}/{len(todo)} shards, {time.perf_counter() - started:.0f}s", flush=True)
@@ -371,7 +372,8 @@ def main() -> None:
 
     if args.cache:  # a cache holds the features of one patch (one written before this was said: 19 px)
         said = args.cache / "patch.txt"
-        held = int(said.read_text()) if said.exists() else (19 if any(args.cache.glob("*")) else args.patch)
+        text = said.read_text().strip() if said.exists() else ""
+        held = int(text) if text.isdecimal() else (19 if any(args.cache.glob("*")) else args.patch)
         if held != args.patch:
             parser.error(f"{args.cache} holds features of a {held} px patch, not --patch {args.patch}")
         args.cache.mkdir(parents=True, exist_ok=True)
@@ -420,7 +422,7 @@ def main() -> None:
         rest = [n for n in range(size) if n not in set(members)]
         members += random.Random(2).sample(rest, max(0, min(len(rest), args.reference - len(members))))
         at = {n: k for k, n in enumerate(members)}
-        with ProcessPoolExecutor(args.workers) as pool:
+        with ProcessPoolExecutor(args.workers, initializer=use_patch, initargs=(args.patch,)) as pool:
             thumbs = [Image.fromarray(a) for a in pool.map(_thumb, [(lib[n], size) for n in members], chunksize=16)]
             subfeats = [
                 Features(xy, d, (0, 0), shape)

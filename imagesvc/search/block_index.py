@@ -22,6 +22,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import time
 import zipfile
 from concurrent.futures import ProcessPoolExecutor
@@ -55,10 +56,13 @@ def _describer() -> str:
     return "" if patch == 19 else f"-patch{patch}"
 
 
-def _patch_of(made_with: str) -> int:
-    """The descriptor patch an index's ``params`` say (none said: 19 px, the first)."""
-    _, said, patch = made_with.rpartition("-patch")
-    return int(patch) if said and patch.isdigit() else 19
+def _patch_of(made_with: str) -> int | None:
+    """The descriptor patch an index's ``params`` say (none said: 19 px, the first; ``None`` where they say one
+    unreadably)."""
+    if "-patch" not in made_with:
+        return 19
+    found = re.fullmatch(r".*-patch([0-9]{1,4})", made_with)
+    return int(found[1]) if found else None
 
 
 def params() -> str:
@@ -115,11 +119,12 @@ def load_blocks(data_dir: Path) -> BlockIndex | None:
     except FileNotFoundError:
         return None
     digest = pointer["digest"]
-    made, here = _patch_of(str(pointer.get("params", ""))), features.DESCRIPTOR_PATCH
+    made, here = _patch_of(str(pointer.get("params") or "")), features.DESCRIPTOR_PATCH
     if made != here:  # its descriptors and the queries' would not compare: every answer would be noise
+        said = f"{made} px patches" if made else f"an unreadable patch ({str(pointer.get('params'))[:80]!r})"
         raise ValueError(
-            f"the feature index {digest} holds descriptors of {made} px patches and this process describes queries "
-            f"with {here} px ones: run `imagesvc index` here"
+            f"the feature index {digest} holds descriptors of {said} and this process describes queries with "
+            f"{here} px ones: run `imagesvc index` here"
         )
     with open(folder / f"index-{digest}.npz", "rb") as f, np.load(f, allow_pickle=False) as data:
         ids, content = data["ids"].tolist(), data["content"].tolist()
@@ -173,7 +178,9 @@ def _read_shards(folder: Path, wanted: set[str], stale: list[Path] | None = None
 
 
 def _write_shard(folder: Path, keys: list[str], feats: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
-    digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:20]
+    # named by its keys and its patch: another patch's file of the same batch is never written over (and then
+    # removed as stale); the first patch's names are as they always were
+    digest = hashlib.sha256(("\n".join(keys) + _describer()).encode()).hexdigest()[:20]
     tmp = folder / f".{digest}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         np.savez(
@@ -316,8 +323,10 @@ async def sync_blocks(
         index = await asyncio.to_thread(load_blocks, data_dir)
     if index is None:
         index = await asyncio.to_thread(_build, folder, ids, keys, where, digest)
+    current = {name for name, _ in where.values()}
     for path in stale:  # an earlier version's features, none of them in the index now current
-        path.unlink(missing_ok=True)
+        if path.name not in current:
+            path.unlink(missing_ok=True)
     summary = BlockIndexSummary(
         len(ids),
         len(todo) - len(failed),

@@ -123,7 +123,9 @@ async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_fil
         larger, again = await sync_blocks(data, catalog, store, workers=2)  # spawned workers are told the patch
         assert again.extracted == summary.extracted and again.kept == 0
         assert larger.digest != first.digest and current_digest(data) == larger.digest
-        assert not old_files & set(shards.glob("*.npz"))
+        assert not old_files & set(shards.glob("*.npz")) and list(shards.glob("*.npz"))
+        _, still = await sync_blocks(data, catalog, store, workers=1)  # the new patch's files are kept
+        assert still.extracted == 0 and still.kept == summary.extracted
         loaded = load_blocks(data)
         assert loaded is not None
         expected = extract(decode_reduced((await store.get(_display(catalog, loaded.ids[0]))).data, STORED_SIDE))
@@ -133,6 +135,9 @@ async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_fil
             load_blocks(data)  # a node describing its queries otherwise never answers from it
         back, summary19 = await sync_blocks(data, catalog, store, workers=1)
         assert summary19.extracted == summary.extracted and back.digest == first.digest
+        assert params() == "orb-800-600-v3"  # the first patch's, as indexes made before the patch was said
+        _, settled = await sync_blocks(data, catalog, store, workers=1)
+        assert settled.extracted == 0
     finally:
         catalog.close()
         await store.close()
@@ -141,3 +146,26 @@ async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_fil
 def _display(catalog: Catalog, iid: str) -> str:
     tiers = catalog.renditions([iid])[iid]
     return tiers["display"]["clean_key"]
+
+
+@pytest.mark.parametrize("said", ["orb-800-600-v3-patch41-v4", "orb-800-600-v3-patch", "orb-800-600-v3-patch\u00b2"])
+async def test_an_index_whose_patch_cannot_be_read_is_refused(
+    demo_library: dict[str, Any], tmp_path: Path, said: str
+) -> None:
+    """``current.json`` naming a patch unreadably (hand-edited, or written by a later version) is not taken for the
+    first patch: the node refuses the index rather than compare its queries with descriptors of unknown patches."""
+    import json
+
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+    try:
+        await sync_blocks(data, catalog, store, full=True, workers=1)
+        pointer = data / "featureindex" / "current.json"
+        pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "params": said}))
+        with pytest.raises(ValueError, match="an unreadable patch"):
+            load_blocks(data)
+        pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "params": None}))
+        assert load_blocks(data) is not None  # none said: the first patch, as before it could be said
+    finally:
+        catalog.close()
+        await store.close()
