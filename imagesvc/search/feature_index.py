@@ -129,7 +129,7 @@ NO_FIT = Fit(0, 0, 0, math.inf, 0)
 
 # The Hamming distances of this module (MAX_HAMMING, SIGMA, GUIDED_HAMMING, STRONG_HAMMING) for each descriptor
 # patch (``features.DESCRIPTOR_PATCH``): chosen for 19 px; for 41 px each 1.5 times as far, as a printing's pairs
-# are (the median of a crop's true pairs 37 -> 54 bits, docs/search.md). Not chosen for any other patch.
+# are (the median of a crop's true pairs 37 -> 54 bits, docs/benchmarks.md). Not chosen for any other patch.
 DISTANCES = {19: (40, 16.0, 64, 32), 41: (60, 24.0, 96, 48)}
 
 
