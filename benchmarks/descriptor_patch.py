@@ -35,12 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.image_search import _query_set, _stored_jpeg
 from fixtures.woodcuts import QUERY_SCAN, crop_box, degrade, from_block, library, subject, to_block
 from imagesvc.search import features
+from imagesvc.search.feature_index import hamming
 
 __all__ = ["main"]
 
 LEVELS = {"crop33": 3, "crop50": 2}  # pyramid levels (1.2x each) a crop is shown larger than its printing stored
 NEARER = 1e-4
-_POP = np.array([bin(b).count("1") for b in range(256)], np.uint8)
 
 
 def _describers(patches: list[int], teblid: list[float]) -> dict[str, Any]:
@@ -143,14 +143,11 @@ def main() -> None:
                 (qdesc, qok), (sdesc, sok) = qd[name], sd[name]
                 both = qok[at] & sok[on]
                 a, o = at[both], on[both]
-                apart = _POP[qdesc[a] ^ sdesc[o]].sum(1, dtype=np.int32)
+                apart = hamming(qdesc[a], sdesc[o])
                 firsts = np.unique(a)
                 nearest = np.array([apart[a == k].min() for k in firsts], np.int32)
                 nearer = np.array(
-                    [
-                        (_POP[qdesc[k] ^ look_alikes[name]].sum(1, dtype=np.int32) < d).mean()
-                        for k, d in zip(firsts, nearest, strict=True)
-                    ]
+                    [(hamming(qdesc[k], look_alikes[name]) < d).mean() for k, d in zip(firsts, nearest, strict=True)]
                 )
                 rows[name].append((nearest, nearer))
         print(f"  query {q.number} done, {time.perf_counter() - started:.0f}s", flush=True)

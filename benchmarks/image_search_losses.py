@@ -59,10 +59,6 @@ def _stored_descriptors(index: fi.FeatureIndex) -> tuple[np.ndarray, np.ndarray]
     return np.concatenate(codes)[order], np.searchsorted(owner, np.arange(index.count + 1))
 
 
-def _hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.unpackbits(a[:, None, :] ^ b[None, :, :], axis=2).sum(2)
-
-
 def _stage(number: int, found: dict[int, fi.Candidate], listed: set[int]) -> str:
     c = found.get(number)
     if number in listed:
@@ -95,7 +91,7 @@ def _true_pairs(
     reduced = min(1.0, STORED_SIDE / stored.side)
     where = from_block(stored, size, stored.side, to_block(q, size, QUERY_SCAN, scan_xy)) * reduced
     desc = codes[starts[p] : starts[p + 1]]
-    ham = _hamming(query.desc, desc)
+    ham = fi.hamming(query.desc[:, None, :], desc[None, :, :])
     nearest, dist = ham.argmin(1), ham.min(1)
     off = np.hypot(*(index.xy[p][nearest].astype(np.float32) - where).T)
     true = np.nonzero((off < TRUE_PX) & (dist <= fi.MAX_HAMMING))[0]

@@ -37,7 +37,7 @@ import numpy as np
 from imagesvc.search import features
 from imagesvc.search.features import STORED_SIDE, Features, near_pairs
 
-__all__ = ["Candidate", "FeatureIndex", "build_index", "use_patch"]
+__all__ = ["Candidate", "FeatureIndex", "build_index", "hamming", "use_patch"]
 
 KP_BITS = 12  # keypoints per illustration < 4096
 K = 0  # stored neighbours per query descriptor; 0: ``neighbours(count)``
@@ -545,6 +545,11 @@ def _ransac(src: np.ndarray, dst: np.ndarray, size: tuple[int, int]) -> tuple[in
 _POPCOUNT = np.array([bin(b).count("1") for b in range(256)], np.uint8)
 
 
+def hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Bits apart of descriptor rows ``a`` and ``b`` (uint8, 32 bytes each; broadcast as numpy broadcasts)."""
+    return _POPCOUNT[np.bitwise_xor(a, b)].sum(-1, dtype=np.int32)
+
+
 def _compose(second: np.ndarray, first: np.ndarray) -> np.ndarray:
     """The 2x3 transform that applies ``first`` then ``second``."""
     return second[:, :2] @ first + np.hstack([np.zeros((2, 2)), second[:, 2:]])
@@ -612,7 +617,7 @@ def _guided_pairs(query: Features, stored: Features, m: np.ndarray) -> tuple[np.
     foot = np.nonzero((sq[:, 0] >= 0) & (sq[:, 0] < w) & (sq[:, 1] >= 0) & (sq[:, 1] < h))[0]
     qs = _project(m, query.xy.astype(np.float32))  # query keypoints in stored pixels
     si, qi = near_pairs(s[foot], qs, GUIDED_PX)
-    ham = _POPCOUNT[np.bitwise_xor(stored.desc[foot[si]], query.desc[qi])].sum(1, dtype=np.int32)
+    ham = hamming(stored.desc[foot[si]], query.desc[qi])
     ok = ham <= GUIDED_HAMMING
     si, qi, ham = foot[si[ok]], qi[ok], ham[ok]
     for by_stored in (True, False):  # the closest pair of each stored keypoint, then of each query keypoint

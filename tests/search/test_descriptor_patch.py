@@ -16,12 +16,12 @@ from fixtures.woodcuts import QUERY_SCAN, crop_box, degrade, from_block, library
 from imagesvc.catalog import Catalog
 from imagesvc.search import feature_index, features
 from imagesvc.search.block_index import current_digest, load_blocks, params, sync_blocks
+from imagesvc.search.feature_index import hamming
 from imagesvc.search.features import STORED_SIDE, decode_reduced, extract, grey_reduced, near_pairs
 from imagesvc.storage.local import LocalStore
 from tests.library import copy_library
 
 SIZE = 60
-_POP = np.array([bin(b).count("1") for b in range(256)], np.uint8)
 
 
 @pytest.fixture
@@ -65,11 +65,11 @@ def _true_pairs_kept() -> tuple[int, int]:
             levels = query.shape[at, 1].astype(int) - mine.shape[on, 1]
             twins = (np.abs(turn) <= 12) & (np.abs(levels - 3) <= 1)
             at, on = at[twins], on[twins]
-            apart = _POP[query.desc[at] ^ mine.desc[on]].sum(1)
+            apart = hamming(query.desc[at], mine.desc[on])
             for a in np.unique(at):  # each query keypoint with its nearest twin
                 twin = apart[at == a].min()
                 pairs += 1
-                kept += int(_POP[query.desc[a] ^ everything[owner != other.number]].sum(1).min() >= twin)
+                kept += int(hamming(query.desc[a], everything[owner != other.number]).min() >= twin)
     return pairs, kept
 
 
