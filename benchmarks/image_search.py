@@ -62,13 +62,13 @@ def _stored_jpeg(ill: Illustration, size: int) -> bytes:
     return buf.getvalue()
 
 
-def _index_one(args: tuple[Illustration, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def _index_one(args: tuple[Illustration, int]) -> tuple[Features, float]:
     """Worker: render the stored JPEG (not counted), then decode reduced + extract (counted, CPU seconds)."""
     ill, size = args
     data = _stored_jpeg(ill, size)
     t = time.process_time()
     f = extract(decode_reduced(data, STORED_SIDE))
-    return f.xy, f.desc, _shape(f), time.process_time() - t
+    return Features(f.xy, f.desc, (0, 0), _shape(f), fine=f.fine), time.process_time() - t
 
 
 def _shape(f: Features) -> np.ndarray:
@@ -85,7 +85,7 @@ def _shard(args: tuple[int, int, str]) -> tuple[int, float, float]:
     them to ``path`` (atomically: a killed run leaves no half shard); CPU seconds of each stage."""
     size, k, path = args
     gen = ext = 0.0
-    xy, desc, shape = [], [], []
+    xy, desc, shape, fine = [], [], [], []
     for ill in _library(size)[k * SHARD : (k + 1) * SHARD]:
         t0 = time.process_time()
         data = _stored_jpeg(ill, size)
@@ -95,6 +95,7 @@ def _shard(args: tuple[int, int, str]) -> tuple[int, float, float]:
         xy.append(f.xy.astype(np.float16))
         desc.append(f.desc)
         shape.append(_shape(f))
+        fine.append(f.fit_desc)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as out:
         np.savez(
@@ -103,6 +104,7 @@ def _shard(args: tuple[int, int, str]) -> tuple[int, float, float]:
             xy=np.concatenate(xy),
             desc=np.concatenate(desc),
             shape=np.concatenate(shape),
+            fine=np.concatenate(fine),
             cpu=np.array([gen, ext]),
         )
     os.replace(tmp, path)
@@ -215,11 +217,13 @@ def _build(size: int, args: argparse.Namespace, folder: Path) -> tuple[FeatureIn
             starts = np.concatenate([[0], np.cumsum(d["counts"])])
             yield [
                 Features(d["xy"][a:b], d["desc"][a:b], (0, 0), d["shape"][a:b]) for a, b in itertools.pairwise(starts)
-            ]
+            ]  # the fine descriptors are not in the faiss index: written beside it below
 
     t1, c1 = time.perf_counter(), time.process_time()
     index = build_index(batches(), total, train)
     index.desc = _write_descriptors(paths, folder.parent / f".descriptors-{size}.npy", total)
+    if features.DESCRIPTOR_PATCH != features.FIT_PATCH:
+        index.fine = _write_descriptors(paths, folder.parent / f".fine-{size}.npy", total, "fine")
     add_wall, add_cpu = time.perf_counter() - trained[0], time.process_time() - trained[1]
     train_wall, train_cpu = train_wall + trained[0] - t1, train_cpu + trained[1] - c1
     faiss.omp_set_num_threads(1)
@@ -240,48 +244,62 @@ def _build(size: int, args: argparse.Namespace, folder: Path) -> tuple[FeatureIn
     return index, kind
 
 
-def _write_descriptors(paths: list[Path], target: Path, total: int) -> np.ndarray:
-    """Every stored descriptor, shard after shard, into one ``.npy`` file, memory-mapped back (as ``imagesvc index``
-    keeps them beside the index: never all in memory at once)."""
+def _write_descriptors(paths: list[Path], target: Path, total: int, name: str = "desc") -> np.ndarray:
+    """Every stored descriptor (``name``: ``desc``, or ``fine`` for the guided fits'), shard after shard, into one
+    ``.npy`` file, memory-mapped back (as ``imagesvc index`` keeps them beside the index: never all in memory at
+    once)."""
     tmp = target.with_suffix(".tmp")
     with open(tmp, "wb") as out:
         np.lib.format.write_array_header_1_0(out, {"descr": "|u1", "fortran_order": False, "shape": (total, 32)})
         for p in paths:
             with open(p, "rb") as f, np.load(f) as data:
-                out.write(np.ascontiguousarray(data["desc"], np.uint8).tobytes())
+                out.write(np.ascontiguousarray(data[name], np.uint8).tobytes())
     os.replace(tmp, target)
     return np.load(target, mmap_mode="r")
 
 
-def _cache_paths(cache: Path, size: int) -> tuple[Path, Path, Path]:
-    """The built index of a library of ``size``, its keypoints (with each keypoint's shape) and its descriptors kept
-    beside it (v3)."""
-    return cache / f"index-v3-{size}.faiss", cache / f"keypoints-v3-{size}.npz", cache / f"descriptors-v3-{size}.npy"
+def _cache_paths(cache: Path, size: int) -> tuple[Path, Path, Path, Path]:
+    """The built index of a library of ``size``, its keypoints (with each keypoint's shape), its descriptors kept
+    beside it (v3), and the guided fits' descriptors where those are of another patch."""
+    return (
+        cache / f"index-v3-{size}.faiss",
+        cache / f"keypoints-v3-{size}.npz",
+        cache / f"descriptors-v3-{size}.npy",
+        cache / f"fine-v3-{size}.npy",
+    )
 
 
 def _save_cache(cache: Path, size: int, index: FeatureIndex) -> None:
     import faiss
 
     cache.mkdir(parents=True, exist_ok=True)
-    codes, where, desc = _cache_paths(cache, size)
+    codes, where, desc, fine = _cache_paths(cache, size)
     faiss.write_index_binary(index.index, str(codes))
     np.savez(where, counts=np.array([len(a) for a in index.xy]), xy=np.concatenate(index.xy), shape=index.shape)
-    if isinstance(index.desc, np.memmap) and Path(str(index.desc.filename)).parent == cache:
-        os.replace(str(index.desc.filename), desc)  # written there by _build: renamed, the mapping stays valid
-    elif index.desc is not None:
-        np.save(desc, index.desc)
+    for rows, path in ((index.desc, desc), (index.fine, fine)):
+        if isinstance(rows, np.memmap) and Path(str(rows.filename)).parent == cache:
+            os.replace(str(rows.filename), path)  # written there by _build: renamed, the mapping stays valid
+        elif rows is not None:
+            np.save(path, rows)
 
 
 def _load_cache(cache: Path, size: int) -> FeatureIndex | None:
     import faiss
 
-    codes, where, desc = _cache_paths(cache, size)
+    codes, where, desc, fine = _cache_paths(cache, size)
     if not (codes.exists() and where.exists() and desc.exists()):
         return None
+    wide = features.DESCRIPTOR_PATCH != features.FIT_PATCH
+    if wide and not fine.exists():
+        raise SystemExit(f"{cache} holds no {fine.name}: the guided fits' descriptors (made by a run of this version)")
     stored = np.load(where)
     xy = np.split(stored["xy"], np.cumsum(stored["counts"])[:-1])
     return FeatureIndex(
-        faiss.read_index_binary(str(codes)), xy, shape=stored["shape"], desc=np.load(desc, mmap_mode="r")
+        faiss.read_index_binary(str(codes)),
+        xy,
+        shape=stored["shape"],
+        desc=np.load(desc, mmap_mode="r"),
+        fine=np.load(fine, mmap_mode="r") if wide else None,
     )
 
 
@@ -344,7 +362,7 @@ def main() -> None:
         parser.error(f"unknown degradations {sorted(unknown)}: choose among {', '.join(DEGRADATIONS)}")
 
     feature_index.K = args.neighbours
-    feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe, None, None)  # build_index uses the default
+    feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe, None, None, None)  # build_index uses the default
     feature_index.CANDIDATES = args.candidates
     feature_index.PRESELECT = args.preselect
     feature_index.FeatureIndex.candidates.__defaults__ = (None, args.candidates, args.by_pairs, args.by_place, 0)
@@ -424,10 +442,7 @@ def main() -> None:
         at = {n: k for k, n in enumerate(members)}
         with ProcessPoolExecutor(args.workers, initializer=use_patch, initargs=(args.patch,)) as pool:
             thumbs = [Image.fromarray(a) for a in pool.map(_thumb, [(lib[n], size) for n in members], chunksize=16)]
-            subfeats = [
-                Features(xy, d, (0, 0), shape)
-                for xy, d, shape, _ in pool.map(_index_one, [(lib[n], size) for n in members], chunksize=16)
-            ]
+            subfeats = [f for f, _ in pool.map(_index_one, [(lib[n], size) for n in members], chunksize=16)]
         sub_desc = sum(len(f.desc) for f in subfeats)
         sub_train = np.concatenate([f.desc for f in subfeats]) if sub_desc > FLAT_UNTIL else None
         sub_index = build_index([subfeats], sub_desc, sub_train, keep_desc=True)

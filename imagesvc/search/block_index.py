@@ -10,6 +10,8 @@ Layout under ``DATA_DIR/featureindex/``:
   positions and content hashes; ``<digest>`` is a hash of the ids, content hashes and parameters it was made from.
 - ``index-<digest>.desc.npy``: every stored descriptor again, in keypoint order (32 bytes each), memory-mapped by a
   serving node: a query reads those of the few illustrations it verifies again or expands from.
+- ``index-<digest>.fine.npy``: where those are of a wider patch than ORB's own 19 px, the 19 px ones too, which the
+  guided fits compare (``features.FIT_PATCH``), likewise.
 - ``current.json``: which index is current (replaced atomically; a reader sees the old index or the new one).
 """
 
@@ -25,6 +27,7 @@ import os
 import re
 import time
 import zipfile
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,20 +52,28 @@ SOURCE_TIERS = ("display", "thumb", "full")  # display (2,000 px) decoded by DCT
 
 
 def _describer() -> str:
-    """The descriptors' patch, as features files and the index's parameters say it (the first, 19 px, unsaid, as in
-    files written before it could change): files of another patch are extracted again, an index of another made
-    again (``feature_index.use_patch``)."""
+    """The descriptors' patches, as features files and the index's parameters say them: the index's patch and the
+    guided fits' (``features.FIT_PATCH``), or nothing for ORB's own 19 px alone (as files written before either
+    could change). Files of other patches are extracted again, an index of others made again
+    (``feature_index.use_patch``)."""
     patch = features.DESCRIPTOR_PATCH
-    return "" if patch == 19 else f"-patch{patch}"
+    return "" if patch == features.FIT_PATCH else f"-patch{patch}-fit{features.FIT_PATCH}"
 
 
-def _patch_of(made_with: str) -> int | None:
-    """The descriptor patch an index's ``params`` say (none said: 19 px, the first; ``None`` where they say one
-    unreadably)."""
-    if "-patch" not in made_with:
-        return 19
-    found = re.fullmatch(r".*-patch([0-9]{1,4})", made_with)
-    return int(found[1]) if found else None
+def _describer_of(made_with: str) -> str | None:
+    """What an index's ``params`` say of its descriptors (``_describer``; an index that says no params: ``""``);
+    ``None`` where they say it unreadably."""
+    if not made_with:
+        return ""
+    found = re.fullmatch(r"orb-[0-9]+-[0-9]+-v[0-9]+((?:-patch[0-9]{1,4}(?:-fit[0-9]{1,4})?)?)", made_with)
+    return found[1] if found else None
+
+
+def _said(describer: str) -> str:
+    patch = re.fullmatch(r"-patch([0-9]+)(?:-fit([0-9]+))?", describer)
+    if patch is None:
+        return "19 px descriptors"
+    return f"{patch[1]} px descriptors" + (f" fitted with {patch[2]} px ones" if patch[2] else " alone")
 
 
 def params() -> str:
@@ -119,12 +130,12 @@ def load_blocks(data_dir: Path) -> BlockIndex | None:
     except FileNotFoundError:
         return None
     digest = pointer["digest"]
-    made, here = _patch_of(str(pointer.get("params") or "")), features.DESCRIPTOR_PATCH
+    made, here = _describer_of(str(pointer.get("params") or "")), _describer()
     if made != here:  # its descriptors and the queries' would not compare: every answer would be noise
-        said = f"{made} px patches" if made else f"an unreadable patch ({str(pointer.get('params'))[:80]!r})"
+        said = _said(made) if made is not None else f"unreadable descriptors ({str(pointer.get('params'))[:80]!r})"
         raise ValueError(
-            f"the feature index {digest} holds descriptors of {said} and this process describes queries with "
-            f"{here} px ones: run `imagesvc index` here"
+            f"the feature index {digest} holds {said} and this process describes queries with {_said(here)}: "
+            "run `imagesvc index` here"
         )
     with open(folder / f"index-{digest}.npz", "rb") as f, np.load(f, allow_pickle=False) as data:
         ids, content = data["ids"].tolist(), data["content"].tolist()
@@ -133,10 +144,12 @@ def load_blocks(data_dir: Path) -> BlockIndex | None:
     starts = np.concatenate([[0], np.cumsum(counts)])
     per = [xy[starts[n] : starts[n + 1]] for n in range(len(ids))]
     index = faiss.read_index_binary(str(folder / f"index-{digest}.faiss"))
-    desc = None
+    desc = fine = None
     if (folder / f"index-{digest}.desc.npy").exists():  # an index made before v3 has none: no expansion
         desc = np.load(folder / f"index-{digest}.desc.npy", mmap_mode="r", allow_pickle=False)
-    return BlockIndex(ids, content, FeatureIndex(index, per, shape=shape, desc=desc), digest)
+        if here:  # said by the index's params, so written with it: a missing file is a damaged index
+            fine = np.load(folder / f"index-{digest}.fine.npy", mmap_mode="r", allow_pickle=False)
+    return BlockIndex(ids, content, FeatureIndex(index, per, shape=shape, desc=desc, fine=fine), digest)
 
 
 def current_digest(data_dir: Path) -> str | None:
@@ -146,12 +159,15 @@ def current_digest(data_dir: Path) -> str | None:
         return None
 
 
-def _extract_bytes(data: bytes, patch: int = 19) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+Extracted = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]  # xy, desc, shape, fine
+
+
+def _extract_bytes(data: bytes, patch: int = features.DESCRIPTOR_PATCH) -> Extracted:
     """Worker: decode reduced and extract with descriptors of ``patch`` px (top-level, so a spawned process can run
     it; told the patch, as a spawned process starts with the default)."""
     features.DESCRIPTOR_PATCH = patch
     f = extract(decode_reduced(data, STORED_SIDE))
-    return f.xy, f.desc, f.shape if f.shape is not None else np.zeros((len(f.xy), 2), np.uint8)
+    return f.xy, f.desc, f.shape if f.shape is not None else np.zeros((len(f.xy), 2), np.uint8), f.fine
 
 
 def _read_shards(folder: Path, wanted: set[str], stale: list[Path] | None = None) -> dict[str, tuple[str, int]]:
@@ -177,20 +193,24 @@ def _read_shards(folder: Path, wanted: set[str], stale: list[Path] | None = None
     return out
 
 
-def _write_shard(folder: Path, keys: list[str], feats: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+def _write_shard(folder: Path, keys: list[str], feats: list[Extracted]) -> None:
     # named by its keys and its patch: another patch's file of the same batch is never written over (and then
     # removed as stale); the first patch's names are as they always were
     digest = hashlib.sha256(("\n".join(keys) + _describer()).encode()).hexdigest()[:20]
     tmp = folder / f".{digest}.{os.getpid()}.tmp"
+    fine = {}
+    if _describer():  # every keypoint's fit descriptor too (an empty picture's: none)
+        fine["fine"] = np.concatenate([np.zeros((0, 32), np.uint8)] + [f for _, d, _, f in feats if len(d)])
     with open(tmp, "wb") as f:
         np.savez(
             f,
             keys=np.array(keys, dtype=str),
-            counts=np.array([len(x) for x, _, _ in feats], np.int32),
-            xy=np.concatenate([x for x, _, _ in feats]).astype(np.float32) if feats else np.zeros((0, 2), np.float32),
-            desc=np.concatenate([d for _, d, _ in feats]) if feats else np.zeros((0, 32), np.uint8),
-            shape=np.concatenate([s for _, _, s in feats]) if feats else np.zeros((0, 2), np.uint8),
+            counts=np.array([len(x) for x, _, _, _ in feats], np.int32),
+            xy=np.concatenate([x for x, *_ in feats]).astype(np.float32) if feats else np.zeros((0, 2), np.float32),
+            desc=np.concatenate([d for _, d, _, _ in feats]) if feats else np.zeros((0, 32), np.uint8),
+            shape=np.concatenate([s for _, _, s, _ in feats]) if feats else np.zeros((0, 2), np.uint8),
             describer=np.array(_describer()),
+            **fine,
         )
     os.replace(tmp, folder / f"{digest}.npz")
 
@@ -198,8 +218,12 @@ def _write_shard(folder: Path, keys: list[str], feats: list[tuple[np.ndarray, np
 def _load_shard(path: Path) -> tuple[list[str], list[Features]]:
     with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:
         keys, counts, xy, desc, shape = (data[k] for k in ("keys", "counts", "xy", "desc", "shape"))
+        fine = data["fine"] if "fine" in data.files else None
     starts = np.concatenate([[0], np.cumsum(counts)])
-    feats = [Features(xy[a:b], desc[a:b], (0, 0), shape[a:b]) for a, b in itertools.pairwise(starts)]
+    feats = [
+        Features(xy[a:b], desc[a:b], (0, 0), shape[a:b], fine=fine[a:b] if fine is not None else None)
+        for a, b in itertools.pairwise(starts)
+    ]
     return keys.tolist(), feats
 
 
@@ -229,17 +253,13 @@ def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple
         pick = rng.choice(len(feats), size=min(len(feats), TRAIN_SAMPLE // 100 + 1), replace=False)
         train = np.concatenate([feats[int(n)].desc for n in pick])
     index = build_index(chunks(feats, 4096), total, train)  # a batch at a time: no second copy of all codes
-    tmp = folder / f".index-{digest}.desc.npy.tmp"
-    with open(tmp, "wb") as f:  # a batch at a time, as the index: never all descriptors in memory twice
-        header = {"descr": "|u1", "fortran_order": False, "shape": (total, 32)}
-        np.lib.format.write_array_header_1_0(f, header)
-        for batch in chunks(feats, 4096):
-            for one in batch:
-                f.write(np.ascontiguousarray(one.desc, np.uint8).tobytes())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / f"index-{digest}.desc.npy")
-    index.desc = np.load(folder / f"index-{digest}.desc.npy", mmap_mode="r", allow_pickle=False)
+    index.desc = _write_rows(folder / f"index-{digest}.desc.npy", (f.desc for f in feats), total)
+    if _describer():
+        if any(f.fine is None for f in feats):  # never the index's own descriptors in their place
+            raise ValueError("features files of this describer without its fit descriptors")
+        index.fine = _write_rows(
+            folder / f"index-{digest}.fine.npy", (f.fine for f in feats if f.fine is not None), total
+        )
     del by_file
     faiss.write_index_binary(index.index, str(folder / f".index-{digest}.faiss.tmp"))
     os.replace(folder / f".index-{digest}.faiss.tmp", folder / f"index-{digest}.faiss")
@@ -265,6 +285,20 @@ def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple
         if digest not in old.name:
             old.unlink(missing_ok=True)
     return BlockIndex(ids, keys, index, digest)
+
+
+def _write_rows(path: Path, rows: Iterable[np.ndarray], total: int) -> np.ndarray:
+    """``total`` descriptors, illustration after illustration, into the ``.npy`` file ``path`` (written whole, then
+    renamed), memory-mapped back: never all of them in memory at once."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "|u1", "fortran_order": False, "shape": (total, 32)})
+        for one in rows:
+            f.write(np.ascontiguousarray(one, np.uint8).tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
 async def sync_blocks(

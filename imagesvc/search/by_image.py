@@ -78,6 +78,7 @@ class ImageMatcher:
         self._index: BlockIndex | None = None
         self._job: asyncio.Future[Any] | None = None
         self._failed: str | None = None  # the digest of a local index that would not load: not tried again
+        self._failed_why = ""  # ... and why
 
     @property
     def _data_dir(self) -> Path:
@@ -88,6 +89,8 @@ class ImageMatcher:
             return f"ready: {len(self._index.ids)} illustrations, {self._index.features.descriptors} features"
         if self._job is not None and not self._job.done():
             return "loading the feature index"
+        if self._failed is not None:  # an index of other descriptors than this version's, say, after an upgrade
+            return f"no feature index: {self._failed_why}"
         return "no feature index: run `imagesvc index`"
 
     async def ready(self) -> BlockIndex | None:
@@ -134,7 +137,7 @@ class ImageMatcher:
         try:
             index = load_blocks(self._data_dir)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:  # faiss reports a bad file as RuntimeError
-            self._failed = digest
+            self._failed, self._failed_why = digest, f"{digest} would not load ({exc})"
             log.error("search by image: feature index %s would not load (%s: %s); still %s", digest,
                       type(exc).__name__, exc, self.state())  # fmt: skip
             return

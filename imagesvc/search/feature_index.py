@@ -20,9 +20,12 @@ agree. ``same_block`` needs ``SAME_BLOCK_INLIERS`` pairs within ``TIGHT_PX`` of 
 fraction ``SAME_BLOCK_RATIO`` of the best candidate's, spread over ``SAME_BLOCK_CELLS`` of the query's 4 x 4 cells.
 
 ``FeatureIndex.search`` (what a query runs) adds two steps that read each stored illustration's own descriptors,
-kept beside the index (``desc``, memory-mapped): *guided matching* when no candidate is the same block (a small
-crop: pairs made by position through each best candidate's similarity, ``_guided``), and *expansion* (the best
-illustration found, whole, queried again: it finds the block's other printings as a full scan would).
+kept beside the index (``desc`` and ``fine``, memory-mapped): *guided matching* when no candidate is the same block
+(a small crop: pairs made by position through each best candidate's similarity, ``_guided``), and *expansion* (the
+best illustration found, whole, queried again: it finds the block's other printings as a full scan would).
+Candidates are found with descriptors of a wide patch (``features.DESCRIPTOR_PATCH``); every guided fit compares
+ORB's own narrow ones (``Features.fit_desc``), in which a recut copy's strokes, a pixel or two off, differ from a
+printing's.
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ KP_BITS = 12  # keypoints per illustration < 4096
 K = 0  # stored neighbours per query descriptor; 0: ``neighbours(count)``
 K_PER = 40  # illustrations per neighbour: look-alikes of a printing grow with the library, so must K
 K_MIN, K_MAX = 24, 256
-MAX_HAMMING = 40  # of 256 bits: a farther neighbour is no match
-SIGMA = 16.0  # bits: a pair's vote falls off as exp(-(distance / SIGMA)^2)
+MAX_HAMMING = 60  # of 256 bits: a farther neighbour is no match (``DISTANCES``: set with the patch)
+SIGMA = 24.0  # bits: a pair's vote falls off as exp(-(distance / SIGMA)^2)
 TURNS = 16  # bins of the rotation a pair implies (22.5 degrees each) ...
 LEVELS = 17  # ... and of its change of pyramid level (-8 to +8, 1.2x each)
 WINDOW = 3  # bins a pair votes in along each (neighbours included: a pair's own estimate is rough)
@@ -70,6 +73,8 @@ GUIDED_HAMMING = 64  # ... and whose descriptors differ by at most this many bit
 GUIDED_ROUNDS = 2  # of guided matching: by the similarity, then by the homography fitted to its pairs
 GUIDED_GRID = 8  # the query's cells (GUIDED_GRID x GUIDED_GRID) in which the tight fit's pairs are counted
 GUIDED_AGREE = 0.4  # of the pairs found by position, the fraction a printing's tight fit keeps (a recut's: ~0.3)
+CONFIRM_AGREE = 0.5  # ... and that a candidate held to the best (``_confirmed``) keeps (printings: 0.56 or more)
+CONFIRM_STRETCH = 1.15  # ... whose fit stretches at most this much more or less than the best's
 GUIDED_PAIRS = 20  # a candidate found by guided pairs alone is the same block with this many in the tight fit ...
 GUIDED_CELLS = 12  # ... spread over at least this many of the query's cells (shared lines cover few)
 GUIDED_STRETCH = 1.05  # ... and a fit nearly a similarity (a block of the same subject at another aspect is not)
@@ -128,9 +133,10 @@ NO_FIT = Fit(0, 0, 0, math.inf, 0)
 
 
 # The Hamming distances of this module (MAX_HAMMING, SIGMA, GUIDED_HAMMING, STRONG_HAMMING) for each descriptor
-# patch (``features.DESCRIPTOR_PATCH``): chosen for 19 px; for 41 px each 1.5 times as far, as a printing's pairs
-# are (the median of a crop's true pairs 37 -> 54 bits, docs/benchmarks.md). Not chosen for any other patch.
-DISTANCES = {19: (40, 16.0, 64, 32), 41: (60, 24.0, 96, 48)}
+# patch (``features.DESCRIPTOR_PATCH``): chosen for 19 px; for 41 px the index's are 1.5 times as far, as a
+# printing's pairs are (the median of a crop's true pairs 37 -> 54 bits, docs/benchmarks.md), and the guided fits'
+# stay 19 px's, as they compare 19 px descriptors (``features.FIT_PATCH``). Not chosen for any other patch.
+DISTANCES = {19: (40, 16.0, 64, 32), 41: (60, 24.0, 64, 32)}
 
 
 def use_patch(patch: int) -> None:
@@ -170,11 +176,13 @@ class FeatureIndex:
         nprobe: int = NPROBE,
         shape: np.ndarray | None = None,
         desc: np.ndarray | None = None,
+        fine: np.ndarray | None = None,
     ) -> None:
         """``shape``: every keypoint's orientation and pyramid level (``Features.shape``), illustration after
         illustration (``None``: an index made without them; votes then ignore the pairs' rotation and scale).
         ``desc``: every keypoint's descriptor in the same order (usually memory-mapped from disk: read only for the
-        few illustrations a query expands from; ``None``: no expansion)."""
+        few illustrations a query expands from; ``None``: no expansion). ``fine``: every keypoint's ``FIT_PATCH``
+        descriptor, likewise, where ``desc`` are of another patch (``Features.fine``)."""
         import faiss
 
         faiss.omp_set_num_threads(1)  # one query, one core: the caller's pool bounds how many run at once
@@ -185,10 +193,12 @@ class FeatureIndex:
         self.count = len(xy)
         self.shape = shape
         self.desc = desc
+        self.fine = fine
         if shape is not None and len(shape) != self._starts[-1]:
             raise ValueError(f"{len(shape)} keypoint shapes for {self._starts[-1]} keypoints")
-        if desc is not None and len(desc) != self._starts[-1]:
-            raise ValueError(f"{len(desc)} descriptors for {self._starts[-1]} keypoints")
+        for name, rows in (("descriptors", desc), ("fine descriptors", fine)):
+            if rows is not None and len(rows) != self._starts[-1]:
+                raise ValueError(f"{len(rows)} {name} for {self._starts[-1]} keypoints")
         if isinstance(index, faiss.IndexBinaryIVF):
             index.nprobe = nprobe
 
@@ -331,7 +341,8 @@ class FeatureIndex:
         xy = self.xy[number].astype(np.float32)
         size = (int(xy[:, 0].max()) + 1, int(xy[:, 1].max()) + 1) if len(xy) else (0, 0)
         shape = self.shape[lo:hi] if self.shape is not None else None
-        return Features(xy, np.ascontiguousarray(self.desc[lo:hi]), size, shape)
+        fine = np.ascontiguousarray(self.fine[lo:hi]) if self.fine is not None else None
+        return Features(xy, np.ascontiguousarray(self.desc[lo:hi]), size, shape, fine=fine)
 
     def search(self, query: Features, allowed: np.ndarray | None = None) -> list[Candidate]:
         """The illustrations printed from the query's block, most pairs first.
@@ -400,31 +411,48 @@ class FeatureIndex:
         return fits[c.number]
 
     def _printings_like(self, whole: Features, considered: list[Candidate]) -> list[Candidate]:
-        """The candidates of a whole printing's own search (``whole``) that are printings of its block:
-        ``same_block``, and those of the ``EXPAND_CHECKED`` best that agree with it by position as two printings of
-        one block do (``SIBLING_PAIRS`` over ``SIBLING_CELLS``). In a large library a printing's nearest
+        """The candidates of a whole printing's own search (``whole``) that are printings of its block: of the
+        ``same_block`` ones and the ``EXPAND_CHECKED`` best, those that agree with it by position as two printings
+        of one block do (``SIBLING_PAIRS`` over ``SIBLING_CELLS``). In a large library a printing's nearest
         descriptors are crowded by look-alikes, so its sibling can come first with 11 pairs from the index (at
-        200,000 illustrations) where by position the two agree in hundreds."""
-        found = same_block(considered)
-        known = {c.number for c in found}
-        for c in considered[:EXPAND_CHECKED]:
-            if c.number in known or c.transform is None:
+        200,000 illustrations) where by position the two agree in hundreds; and a picture of the same subject
+        drawn to the same outline can pass ``same_block`` on the index's pairs (21 in 3 cells beside a sibling's
+        82 in 7, on the demo library) where by position it agrees along the outline only (34 pairs in 5 cells,
+        the sibling 180 in 28)."""
+        same = {c.number for c in same_block(considered)}
+        found = []
+        for rank, c in enumerate(considered):
+            if c.transform is None or (c.number not in same and rank >= EXPAND_CHECKED):
                 continue
-            agree = _guided_fit(whole, self.features_of(c.number), c.transform)
-            if agree.sibling():
+            if _guided_fit(whole, self.features_of(c.number), c.transform).sibling():
                 found.append(c)
         return found
 
     def _confirmed(self, query: Features, found: list[Candidate], fits: dict[int, Fit]) -> list[Candidate]:
-        """Of several ``same_block`` candidates, those whose pairs found by position (``_guided_fit``) are not far
-        fewer than the best one's: the index's pairs are a sample, and a picture of the same subject can draw a few
-        more of them than its share (19 in 3 cells beside a printing's 71, at 10,000 illustrations); by position a
-        printing's pairs then number in the hundreds and the look-alike's in the tens (a ratio under 0.14, every
-        printing's 0.23 or more). The fits made are kept in ``fits``."""
+        """Of several ``same_block`` candidates, those whose fit by position (``_guided_fit``) agrees with the best
+        one's (the one with most pairs in it). The index's pairs are a sample, and a picture of the same subject
+        can draw a few more of them than its share (19 in 3 cells beside a printing's 71, at 10,000
+        illustrations); by position a printing's pairs then number in the hundreds and the look-alike's in the
+        tens (a ratio under 0.14, every printing's 0.23 or more). Two printings of one block differ by a
+        similarity, so the query's fits to them stretch alike (within 1.08 of each other at 10,000 illustrations),
+        where a recut or a picture of the same subject fits with a stretch of its own (1.28 to 1.51 apart) or keeps
+        fewer of its pairs in the fit (``CONFIRM_AGREE``: a recut's 0.45). The fits made are kept in ``fits``."""
         if len(found) < 2:
             return found
-        tight = [self._query_fit(query, c, fits).tight if c.transform is not None else 0 for c in found]
-        return [c for c, t in zip(found, tight, strict=True) if t >= SAME_BLOCK_RATIO * max(tight)]
+        fitted = [self._query_fit(query, c, fits) if c.transform is not None else NO_FIT for c in found]
+        best = max(fitted, key=lambda f: f.tight)
+        if not best.tight:  # no fit to hold them to: as the index's pairs found them
+            return found
+        return [
+            c
+            for c, f in zip(found, fitted, strict=True)
+            if f is best
+            or (
+                f.tight >= SAME_BLOCK_RATIO * best.tight
+                and f.tight >= CONFIRM_AGREE * f.proposed
+                and abs(math.log(f.stretch / best.stretch)) <= math.log(CONFIRM_STRETCH)
+            )
+        ]
 
     def _guided(self, query: Features, considered: list[Candidate], fits: dict[int, Fit]) -> list[Candidate]:
         """The best of ``considered`` matched again against its own stored keypoints where its similarity puts
@@ -617,7 +645,7 @@ def _guided_pairs(query: Features, stored: Features, m: np.ndarray) -> tuple[np.
     foot = np.nonzero((sq[:, 0] >= 0) & (sq[:, 0] < w) & (sq[:, 1] >= 0) & (sq[:, 1] < h))[0]
     qs = _project(m, query.xy.astype(np.float32))  # query keypoints in stored pixels
     si, qi = near_pairs(s[foot], qs, GUIDED_PX)
-    ham = hamming(stored.desc[foot[si]], query.desc[qi])
+    ham = hamming(stored.fit_desc[foot[si]], query.fit_desc[qi])
     ok = ham <= GUIDED_HAMMING
     si, qi, ham = foot[si[ok]], qi[ok], ham[ok]
     for by_stored in (True, False):  # the closest pair of each stored keypoint, then of each query keypoint
@@ -676,6 +704,7 @@ def build_index(
     xy: list[np.ndarray] = []
     shapes: list[np.ndarray] = []
     kept: list[np.ndarray] = []
+    kept_fine: list[np.ndarray] = []
     for batch in batches:
         codes, ids = [], []
         for f in batch:
@@ -686,11 +715,16 @@ def build_index(
             ids.append(_ids(n, len(f.desc)))
             if keep_desc:
                 kept.append(f.desc)
+                if f.fine is not None:
+                    kept_fine.append(f.fine)
         if codes and sum(len(c) for c in codes):  # one call a batch: faiss assigns its lists on all threads at once
             index.add_with_ids(np.concatenate(codes), np.concatenate(ids))  # type: ignore[attr-defined]
     shape = np.concatenate(shapes) if shapes else np.zeros((0, 2), np.uint8)
     desc = (np.concatenate(kept) if kept else np.zeros((0, 32), np.uint8)) if keep_desc else None
-    return FeatureIndex(index, xy, shape=shape, desc=desc)
+    fine = np.concatenate(kept_fine) if keep_desc and kept_fine else None
+    if fine is not None and desc is not None and len(fine) != len(desc):
+        raise ValueError("some illustrations' features have fine descriptors and others none")
+    return FeatureIndex(index, xy, shape=shape, desc=desc, fine=fine)
 
 
 def chunks(items: list[Features], size: int) -> Iterator[list[Features]]:

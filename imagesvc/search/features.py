@@ -42,6 +42,12 @@ class Features:
     size: tuple[int, int]  # (width, height) of the reduced picture
     shape: np.ndarray | None = None  # uint8 (n, 2): orientation (256ths of a turn) and pyramid level of each keypoint
     keypoint: np.ndarray | None = None  # int64 (n,): the row whose keypoint each row describes (``None``: its own)
+    fine: np.ndarray | None = None  # uint8 (n, 32): descriptors of ``FIT_PATCH`` when ``desc`` are of another patch
+
+    @property
+    def fit_desc(self) -> np.ndarray:
+        """The descriptors that guided fits compare (``FIT_PATCH``'s): ``fine`` where kept, else ``desc``."""
+        return self.desc if self.fine is None else self.fine
 
     def first_look(self) -> Features:
         """Only the rows that are keypoints of their own (``extract_query``'s further looks describe the first
@@ -50,7 +56,8 @@ class Features:
             return self
         n = int(np.count_nonzero(self.keypoint == np.arange(len(self.keypoint))))
         shape = self.shape[:n] if self.shape is not None else None
-        return Features(self.xy[:n], self.desc[:n], self.size, shape)
+        fine = self.fine[:n] if self.fine is not None else None
+        return Features(self.xy[:n], self.desc[:n], self.size, shape, fine=fine)
 
 
 def _shape(kps: list) -> np.ndarray:
@@ -111,9 +118,13 @@ def _spread(kps: list, n: int, size: tuple[int, int], grid: int = GRID) -> list:
 # The side of the patch each descriptor is drawn from, in pixels of its keypoint's pyramid level (keypoints are found
 # and oriented on ORB's own 19 either way). A larger patch tells a stroke from its look-alikes in other pictures
 # better: of a crop's true pairs, half again as many rank above every same-subject look-alike with 41 px (docs/
-# search.md), but a recut copy of a block then agrees with it more too. Set through ``feature_index.use_patch``,
-# which also sets the distances matching needs; an index holds one patch's descriptors (``block_index.params``).
-DESCRIPTOR_PATCH = 19
+# search.md), but a recut copy of a block, whose strokes differ by a pixel or two, then agrees with it more too. So
+# the descriptors that find candidates are of this patch, and the ones that fit a candidate to the query keypoint by
+# keypoint (``feature_index``'s guided fits, which decide what is the same block) stay ORB's own 19 px
+# (``Features.fine``). Set through ``feature_index.use_patch``, which also sets the distances matching needs; an
+# index holds one patch's descriptors (``block_index.params``).
+DESCRIPTOR_PATCH = 41
+FIT_PATCH = 19
 MIN_SIDE = 64  # px: smaller pictures (after reduction) yield no keypoints worth matching
 
 
@@ -146,6 +157,7 @@ def extract_query(image: Image.Image, side: int = QUERY_SIDE, keypoints: int = Q
     if first.shape is None or n == 0:
         return first
     xy, desc, shape, of = [first.xy], [first.desc], [first.shape], [np.arange(n)]
+    fine = [first.fine] if first.fine is not None else None
     room = keypoints - n
     w, h = first.size
     for levels in COARSER_LEVELS:
@@ -169,13 +181,20 @@ def extract_query(image: Image.Image, side: int = QUERY_SIDE, keypoints: int = Q
         more[:, 1] += levels
         xy.append(first.xy[on])
         desc.append(look.desc[at])
+        if fine is not None and look.fine is not None:
+            fine.append(look.fine[at])
         shape.append(more)
         of.append(on)
         room -= len(at)
     if len(desc) == 1:
         return first
     return Features(
-        np.concatenate(xy), np.concatenate(desc), first.size, np.concatenate(shape), np.concatenate(of).astype(np.int64)
+        np.concatenate(xy),
+        np.concatenate(desc),
+        first.size,
+        np.concatenate(shape),
+        np.concatenate(of).astype(np.int64),
+        np.concatenate(fine) if fine is not None else None,
     )
 
 
@@ -204,5 +223,11 @@ def _extract_grey(grey: np.ndarray, keypoints: int) -> Features:
     kps, desc = _orb(keypoints, DESCRIPTOR_PATCH).compute(grey, kps)  # type: ignore[attr-defined]
     if desc is None or not kps:
         return empty(size)
+    fine = None
+    if DESCRIPTOR_PATCH != FIT_PATCH:  # the same keypoints described again (a smaller patch keeps every one)
+        kept, fine = _orb(keypoints, FIT_PATCH).compute(grey, kps)  # type: ignore[attr-defined]
+        if fine is None or len(kept) != len(kps):
+            raise RuntimeError(f"ORB kept {len(kept)} of {len(kps)} keypoints for the {FIT_PATCH} px patch")
+        fine = np.ascontiguousarray(fine, np.uint8)
     xy = np.array([k.pt for k in kps], np.float32)
-    return Features(xy, np.ascontiguousarray(desc, np.uint8), size, _shape(kps))
+    return Features(xy, np.ascontiguousarray(desc, np.uint8), size, _shape(kps), fine=fine)

@@ -95,8 +95,8 @@ def local_files(kind: str, data_dir: Path) -> list[str] | None:
     except (OSError, ValueError):
         return None
     if kind == "blocks":
-        names = [f"index-{pointer['digest']}.{ext}" for ext in ("faiss", "npz", "desc.npy")]
-        names = [n for n in names if (Path(data_dir) / folder / n).exists()]  # desc.npy: made from v3 on
+        names = [f"index-{pointer['digest']}.{ext}" for ext in ("faiss", "npz", "desc.npy", "fine.npy")]
+        names = [n for n in names if (Path(data_dir) / folder / n).exists()]  # desc.npy: from v3 on; fine.npy: 41 px
     else:
         names = [pointer["file"]]
     return [f"{folder}/current.json", *(f"{folder}/{n}" for n in names)]

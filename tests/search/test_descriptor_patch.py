@@ -1,10 +1,12 @@
 """The side of the patch search by image draws its descriptors from (``feature_index.use_patch``): what a larger one
-buys on line art, and an index that never mixes two patches' descriptors."""
+buys on line art, the narrow descriptors the guided fits still compare (``Features.fine``), and an index that never
+mixes two patches' descriptors."""
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +19,12 @@ from imagesvc.catalog import Catalog
 from imagesvc.search import feature_index, features
 from imagesvc.search.block_index import current_digest, load_blocks, params, sync_blocks
 from imagesvc.search.feature_index import hamming
-from imagesvc.search.features import STORED_SIDE, decode_reduced, extract, grey_reduced, near_pairs
+from imagesvc.search.features import STORED_SIDE, decode_reduced, extract, extract_query, grey_reduced, near_pairs
 from imagesvc.storage.local import LocalStore
 from tests.library import copy_library
 
 SIZE = 60
+DEFAULT = features.DESCRIPTOR_PATCH
 
 
 @pytest.fixture
@@ -30,7 +33,7 @@ def patch() -> Iterator[Any]:
     try:
         yield feature_index.use_patch
     finally:
-        feature_index.use_patch(19)
+        feature_index.use_patch(DEFAULT)
 
 
 def _stored(ill: Any) -> Image.Image:
@@ -77,6 +80,7 @@ def test_a_larger_patch_loses_fewer_of_a_small_crops_true_pairs_to_other_picture
     """On crops to a third of each side, the descriptors of 41 px patches keep more of the true pairs nearest to
     their twins than ORB's own 19 px (the look-alikes of other pictures crowd them less); the test fails with the
     patch unchanged."""
+    patch(19)
     pairs19, kept19 = _true_pairs_kept()
     patch(41)
     pairs41, kept41 = _true_pairs_kept()
@@ -85,12 +89,20 @@ def test_a_larger_patch_loses_fewer_of_a_small_crops_true_pairs_to_other_picture
 
 
 def test_use_patch_sets_the_distances_and_refuses_a_patch_nobody_chose_them_for(patch: Any) -> None:
+    """41 px is the default; its keypoints are 19 px's, described twice: for the index, and for the fits, whose
+    distances stay 19 px's."""
+    assert DEFAULT == 41 and feature_index.MAX_HAMMING == 60 and feature_index.GUIDED_HAMMING == 64
     picture = _stored(library(SIZE)[0])
+    patch(19)
     before = extract(picture)
+    assert before.fine is None and before.fit_desc is before.desc
+    assert (feature_index.MAX_HAMMING, feature_index.SIGMA, feature_index.GUIDED_HAMMING) == (40, 16.0, 64)
     patch(41)
     after = extract(picture)
     assert features.DESCRIPTOR_PATCH == 41 and feature_index.MAX_HAMMING == 60 and feature_index.SIGMA == 24.0
+    assert feature_index.GUIDED_HAMMING == 64 and feature_index.STRONG_HAMMING == 32
     assert np.array_equal(before.xy, after.xy) and not np.array_equal(before.desc, after.desc)
+    assert after.fine is not None and np.array_equal(after.fine, before.desc)
     with pytest.raises(ValueError, match="no distances chosen for a 31 px patch"):
         patch(31)
     assert features.DESCRIPTOR_PATCH == 41  # a refused patch changes nothing
@@ -98,17 +110,42 @@ def test_use_patch_sets_the_distances_and_refuses_a_patch_nobody_chose_them_for(
     assert feature_index.MAX_HAMMING == 40 and np.array_equal(extract(picture).desc, before.desc)
 
 
+def test_the_fits_compare_narrow_descriptors_so_a_small_crop_lists_no_recut() -> None:
+    """With the index's 41 px descriptors in the guided fits too, a third of each side of some printing lists a
+    copy of its block recut by another hand, or a picture of another block, as the same block; with the 19 px
+    ones the fits compare (``Features.fine``), none does, and each crop still finds its block."""
+    lib = library(SIZE)
+    stored = [extract(_stored(ill)) for ill in lib]
+    assert all(f.fine is not None for f in stored)
+    total = sum(len(f.desc) for f in stored)
+    narrow = feature_index.build_index([stored], total, keep_desc=True)
+    wide = feature_index.build_index([[replace(f, fine=None) for f in stored]], total, keep_desc=True)
+    assert narrow.fine is not None and wide.fine is None
+    wrong = {"narrow": 0, "wide": 0}
+    for ill in (ill for ill in lib if ill.kind == "printing"):
+        query = extract_query(degrade(ill, SIZE, "crop33"))
+        block = {i.number for i in lib if i.block == ill.block}
+        for name, index in (("narrow", narrow), ("wide", wide)):
+            found = {c.number for c in index.search(query)}
+            wrong[name] += len(found - block)
+            if name == "narrow":
+                assert found & block, ill.number
+    assert wrong["narrow"] == 0 < wrong["wide"], wrong
+
+
 async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_files_removed(
     demo_library: dict[str, Any], tmp_path: Path, patch: Any
 ) -> None:
     """Features files say their patch: changing it extracts every illustration again (none of the old descriptors
     enters the new index), removes the old files once the new index is current, and changes the index's digest;
-    going back extracts again. Files written before the patch was said are the first patch's (19 px). A process
-    describing its queries with another patch than the index's refuses to load it."""
+    going back extracts again. Files written before the patch was said are the first patch's (19 px); files of 41
+    px descriptors without the fits' 19 px ones are extracted again too. A process describing its queries with
+    another patch than the index's refuses to load it."""
     data = copy_library(demo_library["data"], tmp_path / "data")
     catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
     shards = data / "featureindex" / "features"
     try:
+        patch(19)
         first, summary = await sync_blocks(data, catalog, store, full=True, workers=1)
         for path in shards.glob("*.npz"):  # as written before the patch was said
             with np.load(path) as old:
@@ -119,7 +156,7 @@ async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_fil
         assert same.extracted == 0 and current_digest(data) == first.digest
         old_files = set(shards.glob("*.npz"))
         patch(41)
-        assert params().endswith("-patch41")
+        assert params().endswith("-patch41-fit19")
         larger, again = await sync_blocks(data, catalog, store, workers=2)  # spawned workers are told the patch
         assert again.extracted == summary.extracted and again.kept == 0
         assert larger.digest != first.digest and current_digest(data) == larger.digest
@@ -130,8 +167,16 @@ async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_fil
         assert loaded is not None
         expected = extract(decode_reduced((await store.get(_display(catalog, loaded.ids[0]))).data, STORED_SIDE))
         assert np.array_equal(loaded.features.features_of(0).desc, expected.desc)
+        assert expected.fine is not None and np.array_equal(loaded.features.features_of(0).fine, expected.fine)
+        for path in shards.glob("*.npz"):  # as 41 px descriptors were written before the fits' were kept
+            with np.load(path) as old:
+                kept = {k: old[k] for k in old.files if k not in ("describer", "fine")}
+            with open(path, "wb") as f:
+                np.savez(f, **kept, describer=np.array("-patch41"))
+        again_digest, refit = await sync_blocks(data, catalog, store, workers=1)
+        assert refit.extracted == summary.extracted and again_digest.digest == larger.digest
         patch(19)
-        with pytest.raises(ValueError, match="descriptors of 41 px patches and this process describes queries with 19"):
+        with pytest.raises(ValueError, match="holds 41 px descriptors fitted with 19 px ones and this process"):
             load_blocks(data)  # a node describing its queries otherwise never answers from it
         back, summary19 = await sync_blocks(data, catalog, store, workers=1)
         assert summary19.extracted == summary.extracted and back.digest == first.digest
@@ -148,12 +193,23 @@ def _display(catalog: Catalog, iid: str) -> str:
     return tiers["display"]["clean_key"]
 
 
-@pytest.mark.parametrize("said", ["orb-800-600-v3-patch41-v4", "orb-800-600-v3-patch", "orb-800-600-v3-patch\u00b2"])
+@pytest.mark.parametrize(
+    ("said", "refused"),
+    [
+        ("orb-800-600-v3-patch41-v4", "unreadable descriptors"),
+        ("orb-800-600-v3-patch", "unreadable descriptors"),
+        ("orb-800-600-v3-patch\u00b2", "unreadable descriptors"),
+        ("orb-800-600-v3-patch41-fit", "unreadable descriptors"),
+        ("orb-800-600-v3-patch41", "holds 41 px descriptors alone"),  # made before the fits' were kept
+        ("orb-800-600-v3-patch41-fit23", "holds 41 px descriptors fitted with 23 px ones"),
+        (None, "holds 19 px descriptors"),  # none said: the first patch, as before it could be said
+    ],
+)
 async def test_an_index_whose_patch_cannot_be_read_is_refused(
-    demo_library: dict[str, Any], tmp_path: Path, said: str
+    demo_library: dict[str, Any], tmp_path: Path, said: str | None, refused: str
 ) -> None:
-    """``current.json`` naming a patch unreadably (hand-edited, or written by a later version) is not taken for the
-    first patch: the node refuses the index rather than compare its queries with descriptors of unknown patches."""
+    """``current.json`` naming a patch unreadably (hand-edited, or written by a later version), or patches other
+    than this process's, is refused rather than compare its queries with descriptors of unknown patches."""
     import json
 
     data = copy_library(demo_library["data"], tmp_path / "data")
@@ -162,10 +218,35 @@ async def test_an_index_whose_patch_cannot_be_read_is_refused(
         await sync_blocks(data, catalog, store, full=True, workers=1)
         pointer = data / "featureindex" / "current.json"
         pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "params": said}))
-        with pytest.raises(ValueError, match="an unreadable patch"):
+        with pytest.raises(ValueError, match=refused):
             load_blocks(data)
-        pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "params": None}))
-        assert load_blocks(data) is not None  # none said: the first patch, as before it could be said
+        pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "params": params()}))
+        assert load_blocks(data) is not None
+    finally:
+        catalog.close()
+        await store.close()
+
+
+async def test_a_node_upgraded_past_its_index_says_why_it_finds_nothing(
+    demo_library: dict[str, Any], tmp_path: Path, patch: Any
+) -> None:
+    """A node of this version over an index of 19 px descriptors alone (made before 41 px was the default) keeps
+    no index in service, and says so where search by image reports its state: which index, and what to run."""
+    from imagesvc.search.by_image import matcher_for
+    from imagesvc.services import Services
+    from tests.library import settings_for
+
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+    services = Services(settings_for(data, search_wait=30), catalog, store)
+    try:
+        patch(19)
+        old, _ = await sync_blocks(data, catalog, store, full=True, workers=1)
+        patch(DEFAULT)
+        matcher = matcher_for(services)
+        assert await matcher.ready() is None
+        state = matcher.state()
+        assert old.digest in state and "holds 19 px descriptors" in state and "run `imagesvc index`" in state
     finally:
         catalog.close()
         await store.close()
