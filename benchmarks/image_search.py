@@ -238,7 +238,9 @@ def _build(size: int, args: argparse.Namespace, folder: Path) -> tuple[FeatureIn
     print(
         f"index: {total:,} descriptors, {index.memory_bytes() / 2**20:.0f} MiB held "
         f"({index.memory_bytes() / size / 1024:.1f} KiB per illustration); descriptors kept beside it "
-        f"{total * 32 / 2**20:.0f} MiB on disk, memory-mapped; process max RSS grew {_rss_mb() - rss0:.0f} MiB",
+        f"{total * 32 * (1 + (index.fine is not None)) / 2**20:.0f} MiB on disk"
+        f"{' (the fits too)' if index.fine is not None else ''}, memory-mapped; "
+        f"process max RSS grew {_rss_mb() - rss0:.0f} MiB",
         flush=True,
     )
     return index, kind
