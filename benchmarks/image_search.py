@@ -116,13 +116,24 @@ def _read_shard(path: Path) -> dict[str, np.ndarray]:
         return {name: data[name] for name in data.files}
 
 
+def _complete(shard: Path) -> bool:
+    """Whether ``shard`` was written, with the fits' descriptors where they are of their own patch (a shard of an
+    earlier version has none: made again)."""
+    if not shard.exists():
+        return False
+    if features.DESCRIPTOR_PATCH == features.FIT_PATCH:
+        return True
+    with open(shard, "rb") as f, np.load(f) as data:
+        return "fine" in data.files
+
+
 def _features(size: int, folder: Path, workers: int) -> tuple[list[Path], float, float, float]:
     """Every shard of the library's features under ``folder``, made on ``workers`` processes where missing (a run
     killed midway resumes at the shards it had not written); CPU seconds of generation and of extraction summed over
     all shards (those of an earlier run included), and the wall time of this run's part."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{k:05d}.npz" for k in range((size + SHARD - 1) // SHARD)]
-    todo = [(size, k, str(p)) for k, p in enumerate(paths) if not p.exists()]
+    todo = [(size, k, str(p)) for k, p in enumerate(paths) if not _complete(p)]
     started = time.perf_counter()
     if todo:
         print(f"features: {len(paths) - len(todo)} of {len(paths)} shards cached, making {len(todo)}", flush=True)

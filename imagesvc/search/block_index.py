@@ -354,7 +354,11 @@ async def sync_blocks(
     digest = hashlib.sha256(("\n".join(f"{i} {k}" for i, k in live) + params()).encode()).hexdigest()[:20]
     index = None
     if current_digest(data_dir) == digest:
-        index = await asyncio.to_thread(load_blocks, data_dir)
+        try:
+            index = await asyncio.to_thread(load_blocks, data_dir)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:  # a file of it lost or damaged: made again
+            log.warning("the feature index %s would not load (%s: %s): making it again", digest,
+                        type(exc).__name__, exc)  # fmt: skip
     if index is None:
         index = await asyncio.to_thread(_build, folder, ids, keys, where, digest)
     current = {name for name, _ in where.values()}

@@ -78,7 +78,7 @@ class ImageMatcher:
         self._index: BlockIndex | None = None
         self._job: asyncio.Future[Any] | None = None
         self._failed: str | None = None  # the digest of a local index that would not load: not tried again
-        self._failed_why = ""  # ... and why
+        self._failed_why = ""  # why the last index tried (local or published) is not in service
 
     @property
     def _data_dir(self) -> Path:
@@ -89,7 +89,7 @@ class ImageMatcher:
             return f"ready: {len(self._index.ids)} illustrations, {self._index.features.descriptors} features"
         if self._job is not None and not self._job.done():
             return "loading the feature index"
-        if self._failed is not None:  # an index of other descriptors than this version's, say, after an upgrade
+        if self._failed_why:  # an index of other descriptors than this version's, say, after an upgrade
             return f"no feature index: {self._failed_why}"
         return "no feature index: run `imagesvc index`"
 
@@ -126,6 +126,7 @@ class ImageMatcher:
                 raise IndexCorrupt(f"the published block index in {folder} has no current.json")
         except FETCH_ERRORS as exc:  # keep the index in service
             follower.refuse(row, exc)
+            self._failed_why = f"the published index {row.get('digest')} was refused ({exc})"
             return
         self._index = index
         await asyncio.to_thread(follower.loaded, row)

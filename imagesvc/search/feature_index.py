@@ -450,7 +450,7 @@ class FeatureIndex:
             or (
                 f.tight >= SAME_BLOCK_RATIO * best.tight
                 and f.tight >= CONFIRM_AGREE * f.proposed
-                and abs(math.log(f.stretch / best.stretch)) <= math.log(CONFIRM_STRETCH)
+                and _stretch_alike(f.stretch, best.stretch)
             )
         ]
 
@@ -614,6 +614,14 @@ def _guided_fit(query: Features, stored: Features, transform: np.ndarray) -> Fit
             break
         best, m = found, hom
     return best
+
+
+def _stretch_alike(stretch: float, best: float) -> bool:
+    """Whether a fit's ``stretch`` is within ``CONFIRM_STRETCH`` of the best fit's (a best fit that is degenerate,
+    its stretch infinite, holds no one to its shape)."""
+    if not math.isfinite(best):
+        return True
+    return math.isfinite(stretch) and abs(math.log(stretch / best)) <= math.log(CONFIRM_STRETCH)
 
 
 def _stretch(hom: np.ndarray, x: float, y: float) -> float:

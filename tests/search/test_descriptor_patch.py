@@ -5,6 +5,7 @@ mixes two patches' descriptors."""
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -178,8 +179,10 @@ async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_fil
         patch(19)
         with pytest.raises(ValueError, match="holds 41 px descriptors fitted with 19 px ones and this process"):
             load_blocks(data)  # a node describing its queries otherwise never answers from it
-        back, summary19 = await sync_blocks(data, catalog, store, workers=1)
+        back, summary19 = await sync_blocks(data, catalog, store, workers=1)  # a spawned worker, told 19
         assert summary19.extracted == summary.extracted and back.digest == first.digest
+        narrow = extract(decode_reduced((await store.get(_display(catalog, back.ids[0]))).data, STORED_SIDE))
+        assert np.array_equal(back.features.features_of(0).desc, narrow.desc) and back.features.fine is None
         assert params() == "orb-800-600-v3"  # the first patch's, as indexes made before the patch was said
         _, settled = await sync_blocks(data, catalog, store, workers=1)
         assert settled.extracted == 0
@@ -250,3 +253,95 @@ async def test_a_node_upgraded_past_its_index_says_why_it_finds_nothing(
     finally:
         catalog.close()
         await store.close()
+
+
+async def test_a_published_index_of_other_descriptors_is_refused_and_the_state_says_why(
+    demo_library: dict[str, Any], tmp_path: Path
+) -> None:
+    """A node that follows published indexes (the only source, as on PostgreSQL) and is handed one of 19 px
+    descriptors alone keeps none in service and says why; one of this version's descriptors it loads, the fits'
+    descriptors with it."""
+    import json
+    import shutil
+
+    from imagesvc.search.by_image import matcher_for
+    from imagesvc.search.published import publish
+    from imagesvc.services import Services
+    from tests.library import settings_for
+
+    indexer = copy_library(demo_library["data"], tmp_path / "indexer")
+    catalog, store = Catalog(indexer / "catalog.sqlite3"), LocalStore(indexer / "store")
+    try:
+        made, _ = await sync_blocks(indexer, catalog, store, workers=1)
+        old = tmp_path / "old"  # the same index as the former version named it: 19 px alone
+        shutil.copytree(indexer / "featureindex", old / "featureindex", ignore=shutil.ignore_patterns("features"))
+        pointer = old / "featureindex" / "current.json"
+        pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "params": "orb-800-600-v3"}))
+        (old / "featureindex" / f"index-{made.digest}.fine.npy").unlink()
+        for source, model in ((old, "orb-800-600-v3"), (indexer, params())):
+            node_catalog = Catalog(indexer / "catalog.sqlite3")
+            node = Services(settings_for(tmp_path / f"node-{source.name}", search_wait=30), node_catalog, store)
+            try:
+                assert await publish(catalog, store, "blocks", source, model=model, illustrations=1) is not None
+                matcher = matcher_for(node)
+                assert matcher.follower is not None
+                matcher.follower.only = True
+                got = await matcher.ready()
+                if source is old:
+                    assert got is None
+                    assert "was refused" in matcher.state() and "holds 19 px descriptors" in matcher.state()
+                else:
+                    assert got is not None and isinstance(got.features.fine, np.memmap)
+                    assert np.array_equal(got.features.fine, made.features.fine)
+            finally:
+                node_catalog.close()
+    finally:
+        catalog.close()
+        await store.close()
+
+
+async def test_an_index_that_lost_a_file_is_made_again_by_the_next_index_run(
+    demo_library: dict[str, Any], tmp_path: Path
+) -> None:
+    """``imagesvc index`` over an index whose fits' descriptors (or any file) went missing makes it again from the
+    features files, extracting nothing, instead of failing on it for as long as the catalog does not change."""
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+    try:
+        first, _ = await sync_blocks(data, catalog, store, workers=1)
+        (data / "featureindex" / f"index-{first.digest}.fine.npy").unlink()
+        with pytest.raises(FileNotFoundError):
+            load_blocks(data)
+        again, summary = await sync_blocks(data, catalog, store, workers=1)
+        assert again.digest == first.digest and summary.extracted == 0
+        loaded = load_blocks(data)
+        assert loaded is not None and np.array_equal(loaded.features.fine, first.features.fine)
+    finally:
+        catalog.close()
+        await store.close()
+
+
+def test_candidates_held_to_the_best_fit_by_its_pairs_its_stretch_and_its_agreement() -> None:
+    """``_confirmed``: a candidate is kept beside the best fit (most tight pairs) with a fifth of its pairs, a
+    stretch within ``CONFIRM_STRETCH`` of its stretch, and ``CONFIRM_AGREE`` of its own proposed pairs in the tight
+    fit; a best fit whose stretch is infinite (a degenerate homography) holds no one to its shape."""
+    from imagesvc.search.feature_index import NO_FIT, Candidate, Fit
+
+    stored = [extract(_stored(ill)) for ill in library(SIZE)[:6]]
+    index = feature_index.build_index([stored], sum(len(f.desc) for f in stored), keep_desc=True)
+    query = stored[0]
+    move = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+
+    def kept(*fits: Fit) -> list[int]:
+        found = [Candidate(n, 20, 30, 1.0, 20, 4, move) for n in range(len(fits))]
+        return [c.number for c in index._confirmed(query, found, dict(enumerate(fits)))]
+
+    best = Fit(proposed=120, tight=100, cells=30, stretch=1.02, strong=60)
+    assert kept(best, Fit(40, 30, 12, 1.03, 10)) == [0, 1]  # a printing: 0.3 of the best, same stretch, 0.75 agree
+    assert kept(best, Fit(40, 19, 12, 1.03, 10)) == [0]  # under a fifth of the best's pairs
+    assert kept(best, Fit(40, 30, 12, 1.30, 10)) == [0]  # a stretch of its own: another block
+    assert kept(best, Fit(106, 48, 19, 1.03, 16)) == [0]  # 0.45 of its pairs agree: a recut
+    assert kept(best, Fit(40, 30, 12, math.inf, 10)) == [0]
+    degenerate = best._replace(stretch=math.inf)
+    assert kept(degenerate, Fit(40, 30, 12, 1.03, 10)) == [0, 1]  # no shape to hold to, and no error
+    assert kept(NO_FIT, NO_FIT._replace(proposed=3)) == [0, 1]  # no fit at all: as the index found them
