@@ -1,7 +1,8 @@
 """``imagesvc doctor``: check a deployment's settings and dependencies, one actionable line per finding.
 
 Checks: the object store answers with our credentials; on S3, that masters are not readable without credentials;
-the catalog's schema is current; with PostgreSQL, that `imagesvc index` has published the search indexes; the access
+the catalog's schema is current; with PostgreSQL, that `imagesvc index` has published the search indexes; that search
+by image's feature index is of this version's descriptors (a node refuses any other); the access
 backend answers; configured CLIP weights exist; the text model can run on this CPU and the text index is of that
 model; the secrets that several nodes must share are set explicitly when the deployment is shared; the C2PA signing
 chain signs a file that reads back valid.
@@ -139,6 +140,43 @@ def _published_indexes(settings: Settings) -> list[Finding]:
         ]
     named = ", ".join(f"{kind} sha256:{found[kind][:12]}" for kind in wanted)
     return [Finding("ok", "indexes", f"published: {named}")]
+
+
+def _feature_index(settings: Settings) -> Finding:
+    """Whether search by image has an index this version can answer from: the published one's ``model`` with
+    PostgreSQL, the data dir's ``current.json`` otherwise (an index of a former version's descriptors is refused by
+    every node: docs/operations.md, "Search by image after an upgrade")."""
+    import json
+
+    from imagesvc.search.block_index import FOLDER, mismatch
+
+    if settings.catalog == "postgres":
+        import psycopg
+
+        try:
+            with psycopg.connect(settings.database_url, connect_timeout=5) as conn:
+                exists = conn.execute("SELECT to_regclass('search_indexes') IS NOT NULL").fetchone()
+                row = None
+                if exists and exists[0]:
+                    row = conn.execute("SELECT digest, model FROM search_indexes WHERE kind = 'blocks'").fetchone()
+        except psycopg.Error:
+            return Finding("warn", "feature index", "the catalog cannot be read (see its check)")
+        if row is None:
+            return Finding(
+                "warn", "feature index", "none published: run `imagesvc index` (search by image finds nothing)"
+            )
+        digest, made_with = f"sha256:{row[0][:12]}", str(row[1] or "")
+    else:
+        try:
+            pointer = json.loads((Path(settings.data_dir) / FOLDER / "current.json").read_text())
+            digest, made_with = str(pointer["digest"]), str(pointer.get("params") or "")
+        except FileNotFoundError:
+            return Finding("warn", "feature index", "none made: run `imagesvc index` (search by image finds nothing)")
+        except (OSError, ValueError, KeyError) as exc:
+            return Finding("fail", "feature index", f"current.json unreadable ({exc}): run `imagesvc index`")
+    if why := mismatch(made_with):
+        return Finding("fail", "feature index", f"{digest} {why}: search by image finds nothing until `imagesvc index`")
+    return Finding("ok", "feature index", f"{digest}, made with {made_with}")
 
 
 async def _access(settings: Settings) -> Finding:
@@ -309,6 +347,7 @@ async def run_checks(settings: Settings) -> list[Finding]:
         *(await _store(settings)),
         _catalog(settings),
         *_published_indexes(settings),
+        _feature_index(settings),
         await _access(settings),
         _clip(settings),
         _text_model(settings),

@@ -82,6 +82,7 @@ async def test_nodes_rank_with_the_published_index_follow_new_ones_and_refuse_ba
                 assert "run `imagesvc index`" in body["search"]["text_model"], body["search"]
             doctor = cli(operator, "doctor")
             assert "no published blocks, text index in the catalog: run `imagesvc index`" in doctor.stdout
+            assert "feature index: none published: run `imagesvc index`" in doctor.stdout
 
             # `imagesvc index` embeds once and publishes; both nodes rank with it at their next query.
             done = cli(operator, "index", "--quiet")
@@ -93,7 +94,9 @@ async def test_nodes_rank_with_the_published_index_follow_new_ones_and_refuse_ba
                 assert "dense-text" in body["search"]["signals"], body["search"]
                 assert body["search"]["text_index"] == {"source": "published", "digest": first, "embedded_here": 0}
                 assert any(item["scores"]["dense"] is not None for item in body["items"])
-            assert "indexes: published: blocks sha256:" in cli(operator, "doctor").stdout
+            doctor = cli(operator, "doctor")
+            assert "indexes: published: blocks sha256:" in doctor.stdout
+            assert "ok   feature index: sha256:" in doctor.stdout and "-patch41-fit19" in doctor.stdout
 
             # A new book and a new index: the running nodes follow it, still embedding nothing.
             ingest(

@@ -39,7 +39,7 @@ from imagesvc.search import features
 from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index, chunks
 from imagesvc.search.features import STORED_KEYPOINTS, STORED_SIDE, Features, decode_reduced, extract
 
-__all__ = ["BlockIndex", "BlockIndexSummary", "load_blocks", "params", "sync_blocks"]
+__all__ = ["BlockIndex", "BlockIndexSummary", "load_blocks", "mismatch", "params", "sync_blocks"]
 
 log = logging.getLogger("imagesvc.search.blocks")
 FOLDER = "featureindex"
@@ -74,6 +74,16 @@ def _said(describer: str) -> str:
     if patch is None:
         return "19 px descriptors"
     return f"{patch[1]} px descriptors" + (f" fitted with {patch[2]} px ones" if patch[2] else " alone")
+
+
+def mismatch(made_with: str) -> str | None:
+    """Why an index made with ``made_with`` (its ``params``; none said: ``""``) cannot answer this process's
+    queries, or ``None`` when it can: its descriptors and the queries' would not compare."""
+    made, here = _describer_of(made_with), _describer()
+    if made == here:
+        return None
+    said = _said(made) if made is not None else f"unreadable descriptors ({made_with[:80]!r})"
+    return f"holds {said} and this process describes queries with {_said(here)}"
 
 
 def params() -> str:
@@ -130,13 +140,8 @@ def load_blocks(data_dir: Path) -> BlockIndex | None:
     except FileNotFoundError:
         return None
     digest = pointer["digest"]
-    made, here = _describer_of(str(pointer.get("params") or "")), _describer()
-    if made != here:  # its descriptors and the queries' would not compare: every answer would be noise
-        said = _said(made) if made is not None else f"unreadable descriptors ({str(pointer.get('params'))[:80]!r})"
-        raise ValueError(
-            f"the feature index {digest} holds {said} and this process describes queries with {_said(here)}: "
-            "run `imagesvc index` here"
-        )
+    if why := mismatch(str(pointer.get("params") or "")):  # every answer would be noise
+        raise ValueError(f"the feature index {digest} {why}: run `imagesvc index` here")
     with open(folder / f"index-{digest}.npz", "rb") as f, np.load(f, allow_pickle=False) as data:
         ids, content = data["ids"].tolist(), data["content"].tolist()
         counts, xy = data["counts"], data["xy"]
@@ -147,7 +152,7 @@ def load_blocks(data_dir: Path) -> BlockIndex | None:
     desc = fine = None
     if (folder / f"index-{digest}.desc.npy").exists():  # an index made before v3 has none: no expansion
         desc = np.load(folder / f"index-{digest}.desc.npy", mmap_mode="r", allow_pickle=False)
-        if here:  # said by the index's params, so written with it: a missing file is a damaged index
+        if _describer():  # said by the index's params, so written with it: a missing file is a damaged index
             fine = np.load(folder / f"index-{digest}.fine.npy", mmap_mode="r", allow_pickle=False)
     return BlockIndex(ids, content, FeatureIndex(index, per, shape=shape, desc=desc, fine=fine), digest)
 

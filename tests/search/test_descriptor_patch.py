@@ -345,3 +345,35 @@ def test_candidates_held_to_the_best_fit_by_its_pairs_its_stretch_and_its_agreem
     degenerate = best._replace(stretch=math.inf)
     assert kept(degenerate, Fit(40, 30, 12, 1.03, 10)) == [0, 1]  # no shape to hold to, and no error
     assert kept(NO_FIT, NO_FIT._replace(proposed=3)) == [0, 1]  # no fit at all: as the index found them
+
+
+async def test_doctor_says_whether_search_by_image_can_answer_from_the_feature_index(
+    demo_library: dict[str, Any], tmp_path: Path, patch: Any
+) -> None:
+    """``imagesvc doctor`` on a data dir: no index (warn), an index of 19 px descriptors alone, as the former
+    version made (fail: every node refuses it, and what to run), one of this version's (ok)."""
+    from imagesvc.doctor import run_checks
+    from tests.library import settings_for
+
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+
+    async def finding(where: Path = data) -> Any:
+        (found,) = [f for f in await run_checks(settings_for(where)) if f.check == "feature index"]
+        return found
+
+    try:
+        none = await finding(tmp_path / "empty")
+        assert none.level == "warn" and "none made: run `imagesvc index`" in none.message
+        patch(19)
+        old, _ = await sync_blocks(data, catalog, store, workers=1)
+        patch(DEFAULT)
+        refused = await finding()
+        assert refused.level == "fail" and old.digest in refused.message
+        assert "holds 19 px descriptors" in refused.message and "`imagesvc index`" in refused.message
+        await sync_blocks(data, catalog, store, workers=1)
+        ready = await finding()
+        assert ready.level == "ok" and ready.message.endswith("made with orb-800-600-v3-patch41-fit19")
+    finally:
+        catalog.close()
+        await store.close()
