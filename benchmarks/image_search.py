@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import phash_reference as ref
 from fixtures.woodcuts import DEGRADATIONS, Illustration, degrade, library, render
 from imagesvc.search import feature_index, features
+from imagesvc.search.block_index import write_rows
 from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index, use_patch
 from imagesvc.search.features import STORED_SIDE, Features, decode_reduced, extract, extract_query
 
@@ -232,9 +233,10 @@ def _build(size: int, args: argparse.Namespace, folder: Path) -> tuple[FeatureIn
 
     t1, c1 = time.perf_counter(), time.process_time()
     index = build_index(batches(), total, train)
-    index.desc = _write_descriptors(paths, folder.parent / f".descriptors-{size}.npy", total)
+    # beside the index, memory-mapped, as ``imagesvc index`` keeps them (never all in memory at once)
+    index.desc = write_rows(folder.parent / f".descriptors-{size}.npy", _shard_rows(paths, "desc"), total)
     if features.DESCRIPTOR_PATCH != features.FIT_PATCH:
-        index.fine = _write_descriptors(paths, folder.parent / f".fine-{size}.npy", total, "fine")
+        index.fine = write_rows(folder.parent / f".fine-{size}.npy", _shard_rows(paths, "fine"), total)
     add_wall, add_cpu = time.perf_counter() - trained[0], time.process_time() - trained[1]
     train_wall, train_cpu = train_wall + trained[0] - t1, train_cpu + trained[1] - c1
     faiss.omp_set_num_threads(1)
@@ -257,18 +259,11 @@ def _build(size: int, args: argparse.Namespace, folder: Path) -> tuple[FeatureIn
     return index, kind
 
 
-def _write_descriptors(paths: list[Path], target: Path, total: int, name: str = "desc") -> np.ndarray:
-    """Every stored descriptor (``name``: ``desc``, or ``fine`` for the guided fits'), shard after shard, into one
-    ``.npy`` file, memory-mapped back (as ``imagesvc index`` keeps them beside the index: never all in memory at
-    once)."""
-    tmp = target.with_suffix(".tmp")
-    with open(tmp, "wb") as out:
-        np.lib.format.write_array_header_1_0(out, {"descr": "|u1", "fortran_order": False, "shape": (total, 32)})
-        for p in paths:
-            with open(p, "rb") as f, np.load(f) as data:
-                out.write(np.ascontiguousarray(data[name], np.uint8).tobytes())
-    os.replace(tmp, target)
-    return np.load(target, mmap_mode="r")
+def _shard_rows(paths: list[Path], name: str) -> Iterator[np.ndarray]:
+    """Each shard's descriptors (``name``: ``desc``, or ``fine`` for the guided fits'), shard after shard."""
+    for p in paths:
+        with open(p, "rb") as f, np.load(f) as data:
+            yield data[name]
 
 
 def _cache_paths(cache: Path, size: int) -> tuple[Path, Path, Path, Path]:

@@ -39,7 +39,7 @@ from imagesvc.search import features
 from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index, chunks
 from imagesvc.search.features import STORED_KEYPOINTS, STORED_SIDE, Features, decode_reduced, extract
 
-__all__ = ["BlockIndex", "BlockIndexSummary", "load_blocks", "mismatch", "params", "sync_blocks"]
+__all__ = ["BlockIndex", "BlockIndexSummary", "load_blocks", "mismatch", "params", "sync_blocks", "write_rows"]
 
 log = logging.getLogger("imagesvc.search.blocks")
 FOLDER = "featureindex"
@@ -258,11 +258,11 @@ def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple
         pick = rng.choice(len(feats), size=min(len(feats), TRAIN_SAMPLE // 100 + 1), replace=False)
         train = np.concatenate([feats[int(n)].desc for n in pick])
     index = build_index(chunks(feats, 4096), total, train)  # a batch at a time: no second copy of all codes
-    index.desc = _write_rows(folder / f"index-{digest}.desc.npy", (f.desc for f in feats), total)
+    index.desc = write_rows(folder / f"index-{digest}.desc.npy", (f.desc for f in feats), total)
     if _describer():
         if any(f.fine is None for f in feats):  # never the index's own descriptors in their place
             raise ValueError("features files of this describer without its fit descriptors")
-        index.fine = _write_rows(
+        index.fine = write_rows(
             folder / f"index-{digest}.fine.npy", (f.fine for f in feats if f.fine is not None), total
         )
     del by_file
@@ -292,7 +292,7 @@ def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple
     return BlockIndex(ids, keys, index, digest)
 
 
-def _write_rows(path: Path, rows: Iterable[np.ndarray], total: int) -> np.ndarray:
+def write_rows(path: Path, rows: Iterable[np.ndarray], total: int) -> np.ndarray:
     """``total`` descriptors, illustration after illustration, into the ``.npy`` file ``path`` (written whole, then
     renamed), memory-mapped back: never all of them in memory at once."""
     tmp = path.with_name(f".{path.name}.tmp")

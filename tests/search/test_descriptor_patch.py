@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -35,6 +35,24 @@ def patch() -> Iterator[Any]:
         yield feature_index.use_patch
     finally:
         feature_index.use_patch(DEFAULT)
+
+
+class Copy(NamedTuple):
+    data: Path
+    catalog: Catalog
+    store: LocalStore
+
+
+@pytest.fixture
+async def copied(demo_library: dict[str, Any], tmp_path: Path) -> AsyncIterator[Copy]:
+    """A private copy of the demo library's data dir, its catalog and its store (closed after the test)."""
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+    try:
+        yield Copy(data, catalog, store)
+    finally:
+        catalog.close()
+        await store.close()
 
 
 def _stored(ill: Any) -> Image.Image:
@@ -135,60 +153,55 @@ def test_the_fits_compare_narrow_descriptors_so_a_small_crop_lists_no_recut() ->
 
 
 async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_files_removed(
-    demo_library: dict[str, Any], tmp_path: Path, patch: Any
+    copied: Copy, patch: Any
 ) -> None:
     """Features files say their patch: changing it extracts every illustration again (none of the old descriptors
     enters the new index), removes the old files once the new index is current, and changes the index's digest;
     going back extracts again. Files written before the patch was said are the first patch's (19 px); files of 41
     px descriptors without the fits' 19 px ones are extracted again too. A process describing its queries with
     another patch than the index's refuses to load it."""
-    data = copy_library(demo_library["data"], tmp_path / "data")
-    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+    data, catalog, store = copied
     shards = data / "featureindex" / "features"
-    try:
-        patch(19)
-        first, summary = await sync_blocks(data, catalog, store, full=True, workers=1)
-        for path in shards.glob("*.npz"):  # as written before the patch was said
-            with np.load(path) as old:
-                kept = {k: old[k] for k in old.files if k != "describer"}
-            with open(path, "wb") as f:
-                np.savez(f, **kept)
-        _, same = await sync_blocks(data, catalog, store, workers=1)
-        assert same.extracted == 0 and current_digest(data) == first.digest
-        old_files = set(shards.glob("*.npz"))
-        patch(41)
-        assert params().endswith("-patch41-fit19")
-        larger, again = await sync_blocks(data, catalog, store, workers=2)  # spawned workers are told the patch
-        assert again.extracted == summary.extracted and again.kept == 0
-        assert larger.digest != first.digest and current_digest(data) == larger.digest
-        assert not old_files & set(shards.glob("*.npz")) and list(shards.glob("*.npz"))
-        _, still = await sync_blocks(data, catalog, store, workers=1)  # the new patch's files are kept
-        assert still.extracted == 0 and still.kept == summary.extracted
-        loaded = load_blocks(data)
-        assert loaded is not None
-        expected = extract(decode_reduced((await store.get(_display(catalog, loaded.ids[0]))).data, STORED_SIDE))
-        assert np.array_equal(loaded.features.features_of(0).desc, expected.desc)
-        assert expected.fine is not None and np.array_equal(loaded.features.features_of(0).fine, expected.fine)
-        for path in shards.glob("*.npz"):  # as 41 px descriptors were written before the fits' were kept
-            with np.load(path) as old:
-                kept = {k: old[k] for k in old.files if k not in ("describer", "fine")}
-            with open(path, "wb") as f:
-                np.savez(f, **kept, describer=np.array("-patch41"))
-        again_digest, refit = await sync_blocks(data, catalog, store, workers=1)
-        assert refit.extracted == summary.extracted and again_digest.digest == larger.digest
-        patch(19)
-        with pytest.raises(ValueError, match="holds 41 px descriptors fitted with 19 px ones and this process"):
-            load_blocks(data)  # a node describing its queries otherwise never answers from it
-        back, summary19 = await sync_blocks(data, catalog, store, workers=1)  # a spawned worker, told 19
-        assert summary19.extracted == summary.extracted and back.digest == first.digest
-        narrow = extract(decode_reduced((await store.get(_display(catalog, back.ids[0]))).data, STORED_SIDE))
-        assert np.array_equal(back.features.features_of(0).desc, narrow.desc) and back.features.fine is None
-        assert params() == "orb-800-600-v3"  # the first patch's, as indexes made before the patch was said
-        _, settled = await sync_blocks(data, catalog, store, workers=1)
-        assert settled.extracted == 0
-    finally:
-        catalog.close()
-        await store.close()
+    patch(19)
+    first, summary = await sync_blocks(data, catalog, store, full=True, workers=1)
+    for path in shards.glob("*.npz"):  # as written before the patch was said
+        with np.load(path) as old:
+            kept = {k: old[k] for k in old.files if k != "describer"}
+        with open(path, "wb") as f:
+            np.savez(f, **kept)
+    _, same = await sync_blocks(data, catalog, store, workers=1)
+    assert same.extracted == 0 and current_digest(data) == first.digest
+    old_files = set(shards.glob("*.npz"))
+    patch(41)
+    assert params().endswith("-patch41-fit19")
+    larger, again = await sync_blocks(data, catalog, store, workers=2)  # spawned workers are told the patch
+    assert again.extracted == summary.extracted and again.kept == 0
+    assert larger.digest != first.digest and current_digest(data) == larger.digest
+    assert not old_files & set(shards.glob("*.npz")) and list(shards.glob("*.npz"))
+    _, still = await sync_blocks(data, catalog, store, workers=1)  # the new patch's files are kept
+    assert still.extracted == 0 and still.kept == summary.extracted
+    loaded = load_blocks(data)
+    assert loaded is not None
+    expected = extract(decode_reduced((await store.get(_display(catalog, loaded.ids[0]))).data, STORED_SIDE))
+    assert np.array_equal(loaded.features.features_of(0).desc, expected.desc)
+    assert expected.fine is not None and np.array_equal(loaded.features.features_of(0).fine, expected.fine)
+    for path in shards.glob("*.npz"):  # as 41 px descriptors were written before the fits' were kept
+        with np.load(path) as old:
+            kept = {k: old[k] for k in old.files if k not in ("describer", "fine")}
+        with open(path, "wb") as f:
+            np.savez(f, **kept, describer=np.array("-patch41"))
+    again_digest, refit = await sync_blocks(data, catalog, store, workers=1)
+    assert refit.extracted == summary.extracted and again_digest.digest == larger.digest
+    patch(19)
+    with pytest.raises(ValueError, match="holds 41 px descriptors fitted with 19 px ones and this process"):
+        load_blocks(data)  # a node describing its queries otherwise never answers from it
+    back, summary19 = await sync_blocks(data, catalog, store, workers=1)  # a spawned worker, told 19
+    assert summary19.extracted == summary.extracted and back.digest == first.digest
+    narrow = extract(decode_reduced((await store.get(_display(catalog, back.ids[0]))).data, STORED_SIDE))
+    assert np.array_equal(back.features.features_of(0).desc, narrow.desc) and back.features.fine is None
+    assert params() == "orb-800-600-v3"  # the first patch's, as indexes made before the patch was said
+    _, settled = await sync_blocks(data, catalog, store, workers=1)
+    assert settled.extracted == 0
 
 
 def _display(catalog: Catalog, iid: str) -> str:
@@ -208,55 +221,41 @@ def _display(catalog: Catalog, iid: str) -> str:
         (None, "holds 19 px descriptors"),  # none said: the first patch, as before it could be said
     ],
 )
-async def test_an_index_whose_patch_cannot_be_read_is_refused(
-    demo_library: dict[str, Any], tmp_path: Path, said: str | None, refused: str
-) -> None:
+async def test_an_index_whose_patch_cannot_be_read_is_refused(copied: Copy, said: str | None, refused: str) -> None:
     """``current.json`` naming a patch unreadably (hand-edited, or written by a later version), or patches other
     than this process's, is refused rather than compare its queries with descriptors of unknown patches."""
     import json
 
-    data = copy_library(demo_library["data"], tmp_path / "data")
-    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
-    try:
-        await sync_blocks(data, catalog, store, full=True, workers=1)
-        pointer = data / "featureindex" / "current.json"
-        pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "params": said}))
-        with pytest.raises(ValueError, match=refused):
-            load_blocks(data)
-        pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "params": params()}))
-        assert load_blocks(data) is not None
-    finally:
-        catalog.close()
-        await store.close()
+    data, catalog, store = copied
+    await sync_blocks(data, catalog, store, full=True, workers=1)
+    pointer = data / "featureindex" / "current.json"
+    pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "params": said}))
+    with pytest.raises(ValueError, match=refused):
+        load_blocks(data)
+    pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "params": params()}))
+    assert load_blocks(data) is not None
 
 
-async def test_a_node_upgraded_past_its_index_says_why_it_finds_nothing(
-    demo_library: dict[str, Any], tmp_path: Path, patch: Any
-) -> None:
+async def test_a_node_upgraded_past_its_index_says_why_it_finds_nothing(copied: Copy, patch: Any) -> None:
     """A node of this version over an index of 19 px descriptors alone (made before 41 px was the default) keeps
     no index in service, and says so where search by image reports its state: which index, and what to run."""
     from imagesvc.search.by_image import matcher_for
     from imagesvc.services import Services
     from tests.library import settings_for
 
-    data = copy_library(demo_library["data"], tmp_path / "data")
-    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+    data, catalog, store = copied
     services = Services(settings_for(data, search_wait=30), catalog, store)
-    try:
-        patch(19)
-        old, _ = await sync_blocks(data, catalog, store, full=True, workers=1)
-        patch(DEFAULT)
-        matcher = matcher_for(services)
-        assert await matcher.ready() is None
-        state = matcher.state()
-        assert old.digest in state and "holds 19 px descriptors" in state and "run `imagesvc index`" in state
-    finally:
-        catalog.close()
-        await store.close()
+    patch(19)
+    old, _ = await sync_blocks(data, catalog, store, full=True, workers=1)
+    patch(DEFAULT)
+    matcher = matcher_for(services)
+    assert await matcher.ready() is None
+    state = matcher.state()
+    assert old.digest in state and "holds 19 px descriptors" in state and "run `imagesvc index`" in state
 
 
 async def test_a_published_index_of_other_descriptors_is_refused_and_the_state_says_why(
-    demo_library: dict[str, Any], tmp_path: Path
+    copied: Copy, tmp_path: Path
 ) -> None:
     """A node that follows published indexes (the only source, as on PostgreSQL) and is handed one of 19 px
     descriptors alone keeps none in service and says why; one of this version's descriptors it loads, the fits'
@@ -269,56 +268,44 @@ async def test_a_published_index_of_other_descriptors_is_refused_and_the_state_s
     from imagesvc.services import Services
     from tests.library import settings_for
 
-    indexer = copy_library(demo_library["data"], tmp_path / "indexer")
-    catalog, store = Catalog(indexer / "catalog.sqlite3"), LocalStore(indexer / "store")
-    try:
-        made, _ = await sync_blocks(indexer, catalog, store, workers=1)
-        old = tmp_path / "old"  # the same index as the former version named it: 19 px alone
-        shutil.copytree(indexer / "featureindex", old / "featureindex", ignore=shutil.ignore_patterns("features"))
-        pointer = old / "featureindex" / "current.json"
-        pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "params": "orb-800-600-v3"}))
-        (old / "featureindex" / f"index-{made.digest}.fine.npy").unlink()
-        for source, model in ((old, "orb-800-600-v3"), (indexer, params())):
-            node_catalog = Catalog(indexer / "catalog.sqlite3")
-            node = Services(settings_for(tmp_path / f"node-{source.name}", search_wait=30), node_catalog, store)
-            try:
-                assert await publish(catalog, store, "blocks", source, model=model, illustrations=1) is not None
-                matcher = matcher_for(node)
-                assert matcher.follower is not None
-                matcher.follower.only = True
-                got = await matcher.ready()
-                if source is old:
-                    assert got is None
-                    assert "was refused" in matcher.state() and "holds 19 px descriptors" in matcher.state()
-                else:
-                    assert got is not None and isinstance(got.features.fine, np.memmap)
-                    assert np.array_equal(got.features.fine, made.features.fine)
-            finally:
-                node_catalog.close()
-    finally:
-        catalog.close()
-        await store.close()
+    indexer, catalog, store = copied
+    made, _ = await sync_blocks(indexer, catalog, store, workers=1)
+    old = tmp_path / "old"  # the same index as the former version named it: 19 px alone
+    shutil.copytree(indexer / "featureindex", old / "featureindex", ignore=shutil.ignore_patterns("features"))
+    pointer = old / "featureindex" / "current.json"
+    pointer.write_text(json.dumps({**json.loads(pointer.read_text()), "params": "orb-800-600-v3"}))
+    (old / "featureindex" / f"index-{made.digest}.fine.npy").unlink()
+    for source, model in ((old, "orb-800-600-v3"), (indexer, params())):
+        node_catalog = Catalog(indexer / "catalog.sqlite3")
+        node = Services(settings_for(tmp_path / f"node-{source.name}", search_wait=30), node_catalog, store)
+        try:
+            assert await publish(catalog, store, "blocks", source, model=model, illustrations=1) is not None
+            matcher = matcher_for(node)
+            assert matcher.follower is not None
+            matcher.follower.only = True
+            got = await matcher.ready()
+            if source is old:
+                assert got is None
+                assert "was refused" in matcher.state() and "holds 19 px descriptors" in matcher.state()
+            else:
+                assert got is not None and isinstance(got.features.fine, np.memmap)
+                assert np.array_equal(got.features.fine, made.features.fine)
+        finally:
+            node_catalog.close()
 
 
-async def test_an_index_that_lost_a_file_is_made_again_by_the_next_index_run(
-    demo_library: dict[str, Any], tmp_path: Path
-) -> None:
+async def test_an_index_that_lost_a_file_is_made_again_by_the_next_index_run(copied: Copy) -> None:
     """``imagesvc index`` over an index whose fits' descriptors (or any file) went missing makes it again from the
     features files, extracting nothing, instead of failing on it for as long as the catalog does not change."""
-    data = copy_library(demo_library["data"], tmp_path / "data")
-    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
-    try:
-        first, _ = await sync_blocks(data, catalog, store, workers=1)
-        (data / "featureindex" / f"index-{first.digest}.fine.npy").unlink()
-        with pytest.raises(FileNotFoundError):
-            load_blocks(data)
-        again, summary = await sync_blocks(data, catalog, store, workers=1)
-        assert again.digest == first.digest and summary.extracted == 0
-        loaded = load_blocks(data)
-        assert loaded is not None and np.array_equal(loaded.features.fine, first.features.fine)
-    finally:
-        catalog.close()
-        await store.close()
+    data, catalog, store = copied
+    first, _ = await sync_blocks(data, catalog, store, workers=1)
+    (data / "featureindex" / f"index-{first.digest}.fine.npy").unlink()
+    with pytest.raises(FileNotFoundError):
+        load_blocks(data)
+    again, summary = await sync_blocks(data, catalog, store, workers=1)
+    assert again.digest == first.digest and summary.extracted == 0
+    loaded = load_blocks(data)
+    assert loaded is not None and np.array_equal(loaded.features.fine, first.features.fine)
 
 
 def test_candidates_held_to_the_best_fit_by_its_pairs_its_stretch_and_its_agreement() -> None:
@@ -348,32 +335,27 @@ def test_candidates_held_to_the_best_fit_by_its_pairs_its_stretch_and_its_agreem
 
 
 async def test_doctor_says_whether_search_by_image_can_answer_from_the_feature_index(
-    demo_library: dict[str, Any], tmp_path: Path, patch: Any
+    copied: Copy, tmp_path: Path, patch: Any
 ) -> None:
     """``imagesvc doctor`` on a data dir: no index (warn), an index of 19 px descriptors alone, as the former
     version made (fail: every node refuses it, and what to run), one of this version's (ok)."""
     from imagesvc.doctor import run_checks
     from tests.library import settings_for
 
-    data = copy_library(demo_library["data"], tmp_path / "data")
-    catalog, store = Catalog(data / "catalog.sqlite3"), LocalStore(data / "store")
+    data, catalog, store = copied
 
     async def finding(where: Path = data) -> Any:
         (found,) = [f for f in await run_checks(settings_for(where)) if f.check == "feature index"]
         return found
 
-    try:
-        none = await finding(tmp_path / "empty")
-        assert none.level == "warn" and "none made: run `imagesvc index`" in none.message
-        patch(19)
-        old, _ = await sync_blocks(data, catalog, store, workers=1)
-        patch(DEFAULT)
-        refused = await finding()
-        assert refused.level == "fail" and old.digest in refused.message
-        assert "holds 19 px descriptors" in refused.message and "`imagesvc index`" in refused.message
-        await sync_blocks(data, catalog, store, workers=1)
-        ready = await finding()
-        assert ready.level == "ok" and ready.message.endswith("made with orb-800-600-v3-patch41-fit19")
-    finally:
-        catalog.close()
-        await store.close()
+    none = await finding(tmp_path / "empty")
+    assert none.level == "warn" and "none made: run `imagesvc index`" in none.message
+    patch(19)
+    old, _ = await sync_blocks(data, catalog, store, workers=1)
+    patch(DEFAULT)
+    refused = await finding()
+    assert refused.level == "fail" and old.digest in refused.message
+    assert "holds 19 px descriptors" in refused.message and "`imagesvc index`" in refused.message
+    await sync_blocks(data, catalog, store, workers=1)
+    ready = await finding()
+    assert ready.level == "ok" and ready.message.endswith("made with orb-800-600-v3-patch41-fit19")
