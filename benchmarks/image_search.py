@@ -5,7 +5,8 @@ index memory and indexing CPU per illustration, over a generated library of wood
 Usage: python3 benchmarks/image_search.py [--size 20000] [--queries 30] [--skip 0] [--degradations crop33,...]
        [--reference 600] [--workers N] [--by-pairs 200] [--by-place 200]
        [--preselect 4000]
-       [--neighbours 0] [--nprobe 8] [--candidates 400] [--coarser 2,4] [--guided 20] [--expand 1] [--cache DIR]
+       [--neighbours 0] [--nprobe 8] [--candidates 400] [--coarser 2,4] [--guided 20] [--expand 1]
+       [--corroborate 3] [--cache DIR]
 
 Needs numpy, Pillow, opencv-python-headless and faiss-cpu only (nothing of the service's serving stack), so it runs
 on a bare many-core machine. Stages, each timed (CPU per illustration and wall):
@@ -362,6 +363,12 @@ def main() -> None:
     )
     parser.add_argument("--expand", type=int, default=feature_index.EXPAND_FROM, help="expanded from (0: none)")
     parser.add_argument(
+        "--corroborate",
+        type=int,
+        default=feature_index.CORROBORATE_FROM,
+        help="close candidates searched for a printing that corroborates them (0: none)",
+    )
+    parser.add_argument(
         "--cache", type=Path, help="keep the extracted features and the built index here, reused by a later run"
     )
     args = parser.parse_args()
@@ -383,6 +390,7 @@ def main() -> None:
         feature_index.MAX_HAMMING, feature_index.SIGMA = int(hamming), sigma
         feature_index.GUIDED_HAMMING, feature_index.STRONG_HAMMING = int(guided), int(strong)
     feature_index.EXPAND_FROM = args.expand
+    feature_index.CORROBORATE_FROM = args.corroborate
 
     size = args.size
     lib = _library(size)  # before the workers fork: they inherit it
@@ -393,7 +401,7 @@ def main() -> None:
         f"library: {size} illustrations, {sum(i.kind == 'printing' for i in lib)} printings of "
         f"{len({i.block for i in lib if i.kind == 'printing'})} reused blocks, {sum(i.kind == 'recut' for i in lib)} "
         f"recuts; {args.workers} workers; machine load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
-        f"guided {args.guided}, expand {args.expand}"
+        f"guided {args.guided}, expand {args.expand}, corroborate {args.corroborate}"
     )
 
     if args.cache:  # a cache holds the features of one patch (one written before this was said: 19 px)
