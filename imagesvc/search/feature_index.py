@@ -464,7 +464,7 @@ class FeatureIndex:
         fewer of its pairs in the fit (``CONFIRM_AGREE``: a recut's 0.45). A recut cut close to its original can
         pass all three on a third of each side (23 of 35 pairs in 8 cells, stretch 1.13, in the test library), so
         each is also matched whole to whole with the best through the query (``_agree_whole``): two printings of
-        one block then agree in 167 or more tight pairs over 36 or more cells, a recut and its original in 40 or
+        one block then agree in 167 or more tight pairs over 36 or more cells, a recut and its original in 46 or
         fewer over 15 or fewer. The fits made are kept in ``fits``."""
         if len(found) < 2:
             return found
