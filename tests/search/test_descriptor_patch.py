@@ -334,6 +334,30 @@ def test_candidates_held_to_the_best_fit_by_its_pairs_its_stretch_and_its_agreem
     assert kept(NO_FIT, NO_FIT._replace(proposed=3)) == [0, 1]  # no fit at all: as the index found them
 
 
+def test_a_candidate_the_best_block_does_not_vouch_for_must_fit_as_cleanly_as_its_printings() -> None:
+    """``_clean_as_the_block``: beside the best fit and a candidate that agrees with it whole to whole (here a copy
+    of the same picture), a candidate of another picture is kept only if as large a share of its pairs keeps to
+    the tight fit and as large a share of those are near twins as of the block's; with no such sibling among them,
+    nothing is measured against and all are kept."""
+    from imagesvc.search.feature_index import Candidate, Fit
+
+    pictures = [extract(_stored(ill)) for ill in library(SIZE)[:4]]
+    stored = [pictures[0], pictures[0], pictures[3]]  # 0 and 1 one block; 2 another picture
+    index = feature_index.build_index([stored], sum(len(f.desc) for f in stored), keep_desc=True)
+    move = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+
+    def kept(*held: tuple[int, Fit]) -> list[int]:
+        pairs = [(Candidate(n, f.tight, f.proposed, 1.0, 20, 4, move), f) for n, f in held]
+        return [c.number for c in index._clean_as_the_block(pairs, held[0][1])]
+
+    best = Fit(proposed=100, tight=90, cells=30, stretch=1.0, strong=60)  # 0.90 kept, 0.67 near twins
+    sibling = Fit(100, 80, 28, 1.0, 48)  # 0.80, 0.60: lowers the floors
+    assert kept((0, best), (1, sibling), (2, Fit(40, 33, 10, 1.0, 21))) == [0, 1, 2]  # 0.83, 0.64: as clean
+    assert kept((0, best), (1, sibling), (2, Fit(40, 33, 10, 1.0, 14))) == [0, 1]  # 0.42 near twins: a recut's
+    assert kept((0, best), (1, sibling), (2, Fit(60, 33, 10, 1.0, 21))) == [0, 1]  # 0.55 kept to the fit
+    assert kept((0, best), (2, Fit(60, 33, 10, 1.0, 14))) == [0, 2]  # no sibling: no block to measure against
+
+
 async def test_doctor_says_whether_search_by_image_can_answer_from_the_feature_index(
     copied: Copy, tmp_path: Path, patch: Any
 ) -> None:
