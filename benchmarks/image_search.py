@@ -6,7 +6,7 @@ Usage: python3 benchmarks/image_search.py [--size 20000] [--queries 30] [--skip 
        [--reference 600] [--workers N] [--by-pairs 200] [--by-place 200]
        [--preselect 4000]
        [--neighbours 0] [--nprobe 8] [--candidates 400] [--coarser 2,4] [--guided 20] [--expand 1]
-       [--corroborate 3] [--cache DIR]
+       [--corroborate 1] [--cache DIR]
 
 Needs numpy, Pillow, opencv-python-headless and faiss-cpu only (nothing of the service's serving stack), so it runs
 on a bare many-core machine. Stages, each timed (CPU per illustration and wall):

@@ -260,11 +260,11 @@ def test_a_quarter_of_a_printing_is_corroborated_by_a_printing_its_own_search_fi
     assert gained >= 30, gained
 
 
-def test_a_close_fit_counts_only_when_most_of_its_pairs_are_near_twins() -> None:
-    """``Fit.close`` on fits measured where it decides: third crops' printings at 200,000 illustrations (14 to 27
-    tight pairs, most of them near twins) are close; the demo library's sun, drawn twice, against the middle third
-    of an engraving (an arc and a line: 17 pairs over 6 cells, 4 near twins), whose other printing came as close
-    through it (22 pairs, 5 near twins), is not."""
+def test_a_close_fit_counts_only_when_enough_of_its_pairs_are_near_twins() -> None:
+    """``Fit.close`` on fits measured where it decides (``CLOSE_STRONG``: near twins for 0.3 of the pairs): third
+    crops' printings at 200,000 illustrations (14 to 27 tight pairs, most of them near twins) are close; the demo
+    library's sun, drawn twice, against the middle third of an engraving (an arc and a line: 17 pairs over 6
+    cells, 4 near twins), whose other printing came as close through it (22 pairs, 5 near twins), is not."""
     from imagesvc.search.feature_index import Fit
 
     assert Fit(20, 18, 6, 1.019, 16).close() and Fit(16, 14, 5, 1.091, 13).close()
