@@ -1,7 +1,7 @@
 # imagesvc: `make run` serves the demo library; `make test` runs the whole suite. Both set themselves up.
 VENV ?= .venv
 PYTHON ?= python3.11
-SUM := $(shell cat pyproject.toml scripts/bootstrap.sh scripts/uv_install.py | cksum | cut -d' ' -f1)
+SUM := $(shell cat pyproject.toml scripts/bootstrap.sh scripts/uv_install.py scripts/arabic-dictionary.sh | cksum | cut -d' ' -f1)
 # Two installs: `make run` gets what serving needs (no torch, CLIP or test tools), `make test` everything. A full
 # install also serves, so `make run` after `make test` installs nothing more.
 STAMP := $(VENV)/.installed-test-$(SUM)
@@ -9,12 +9,12 @@ SERVE_STAMP := $(VENV)/.installed-serve-$(SUM)
 
 .PHONY: run test lint bench system-deps clean
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/uv_install.py
+$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/uv_install.py scripts/arabic-dictionary.sh
 	PYTHON=$(PYTHON) bash scripts/bootstrap.sh $(VENV) test
 	rm -f $(VENV)/.installed-*
 	touch $@ $(SERVE_STAMP)
 
-$(SERVE_STAMP): pyproject.toml scripts/bootstrap.sh scripts/uv_install.py
+$(SERVE_STAMP): pyproject.toml scripts/bootstrap.sh scripts/uv_install.py scripts/arabic-dictionary.sh
 	PYTHON=$(PYTHON) bash scripts/bootstrap.sh $(VENV) serve
 	rm -f $(VENV)/.installed-*
 	touch $@

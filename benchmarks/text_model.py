@@ -84,7 +84,7 @@ def glossed_queries(count: int) -> list[str]:
         concept["queries"][lang]
         for name in ("search_eval_languages.json", "search_eval_languages_heldout.json")
         for concept in json.loads((ROOT / "benchmarks" / name).read_text(encoding="utf-8"))["concepts"]
-        for lang in ("la", "he", "it")
+        for lang in ("la", "he", "it", "ar")
     ]
     return [f"{found[k % len(found)]} {k}" for k in range(count)]
 

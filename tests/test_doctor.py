@@ -40,6 +40,22 @@ def test_the_embedded_default_passes_with_warnings(
     assert found["clip"]["level"] == "warn" and "full-text only" in found["clip"]["message"]
 
 
+def test_a_language_without_its_dictionary_is_a_warning_that_says_how_to_add_it(
+    demo_library: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imagesvc.search import glosses
+
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    monkeypatch.setattr(glosses, "ARABIC_FOLDERS", (tmp_path / "no-dictionary",))
+    code, found = _doctor(monkeypatch, capsys, data_dir=str(data), session_secret="s")
+    assert code == 0  # a warning: Arabic queries are still searched, by the model alone
+    finding = found["query glosses"]
+    assert finding["level"] == "warn" and "no dictionary for ar" in finding["message"]
+    assert "dict-freedict-ara-eng" in finding["message"]
+    _code, off = _doctor(monkeypatch, capsys, data_dir=str(data), session_secret="s", text_model="off")
+    assert off["query glosses"]["level"] == "ok" and "off" in off["query glosses"]["message"]
+
+
 def test_failures_name_what_to_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

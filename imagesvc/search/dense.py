@@ -23,7 +23,7 @@ import numpy as np
 
 from imagesvc.errors import Unavailable
 from imagesvc.search import text_models
-from imagesvc.search.glosses import glossary
+from imagesvc.search.glosses import LANGUAGES, glossary
 from imagesvc.search.spelling import english_word
 from imagesvc.search.vectors import VectorIndex, load_index, save_index
 
@@ -45,15 +45,20 @@ __all__ = [
 
 log = logging.getLogger("imagesvc.search.dense")
 TEXT_FOLDER = "textvectors"
-# How much a Latin, Hebrew or Italian query's dictionary gloss counts beside the query itself (the query's vector plus
-# this times the gloss's, renormalised). Chosen with e5 on benchmarks/search_eval_languages.json (docs/search.md):
-# Latin recall@5 0.71 -> 0.97 at 1.0 (at 1.5 the Italian queries then read as Latin started to slip); Hebrew 0.68 ->
-# 0.94 at 1.0 with the modern dictionary first (0.3 was best with Strong's biblical one alone, whose glosses were
-# noisier); Italian 0.85 -> 0.94 at 1.0 (0.3: 0.91).
-GLOSS_WEIGHT = {"la": 1.0, "he": 1.0, "it": 1.0}
+# How much a Latin, Hebrew, Italian or Arabic query's dictionary gloss counts beside the query itself (the query's
+# vector plus this times the gloss's, renormalised). Chosen with e5 on benchmarks/search_eval_languages.json
+# (docs/search.md): Latin recall@5 0.71 -> 0.97 at 1.0 (at 1.5 the Italian queries then read as Latin started to
+# slip); Hebrew 0.68 -> 0.94 at 1.0 with the modern dictionary first (0.3 was best with Strong's biblical one alone,
+# whose glosses were noisier); Italian 0.85 -> 0.94 at 1.0 (0.3: 0.91); Arabic 0.85 -> 0.91 at 1.0 (0.3: 0.91,
+# 0.5: 0.88).
+GLOSS_WEIGHT = {"la": 1.0, "he": 1.0, "it": 1.0, "ar": 1.0}
 # Glossed languages that USE (``e5+use``'s second model) reads well: its part of such a query is the query's own
 # vector, so USE still ranks it (Italian recall@1 0.73 -> 0.85 on the main set, against 0.82 with e5 alone).
 SECOND_READS = frozenset({"it"})
+# Glossed languages a two-model node does not gloss: USE reads them, and with it the gloss added nothing (Arabic
+# recall@5 with e5+use: 0.91 / 0.97 on the main and held-out sets unglossed; glossed, 0.88 / 1.00 with USE reading the
+# query and 0.91 / 0.97 without, recall@1 lower in one set or the other; docs/search.md)
+SECOND_ALONE = frozenset({"ar"})
 # e5+use on a large index: USE's mean passage vectors (the second block the first step reads) kept in this many of
 # their leading directions instead of 512 columns (0: all of them): half the bytes read, and on 8,114 real passages
 # the first step keeps 0.974 of its candidates, recall@5 of 442 queries 0.645 -> 0.643 (benchmarks/mean_directions.py
@@ -104,12 +109,20 @@ class TextModel:
             log.warning("text model: %s", self.note)
         self._lock = threading.Lock()
         self._model: text_models.Backend | None = None
-        self.glosses = True  # blend Latin and Hebrew queries with their dictionary glosses (``query``)
+        self.glosses = True  # blend queries in the glossed languages with their dictionary glosses (``query``)
 
     @property
     def key(self) -> str:
         """The identity and version of the model in use (what the text index is tagged with)."""
         return self.info.key if self.info else f"none ({self.requested} cannot run here)"
+
+    @property
+    def glossed(self) -> tuple[str, ...]:
+        """The languages whose queries this model blends with their dictionary gloss: with two models, not those of
+        ``SECOND_ALONE``; none with glosses off."""
+        if not self.glosses or self.info is None:
+            return ()
+        return tuple(code for code in LANGUAGES if not (self.info.split and code in SECOND_ALONE))
 
     @property
     def loaded(self) -> bool:
@@ -140,11 +153,12 @@ class TextModel:
         return english_word(word)
 
     def query(self, text: str) -> np.ndarray:
-        """One search query's vector (the model's query role). A Latin or Hebrew query is blended with the vector of
-        its English gloss from a dictionary (``glosses``), weighted by ``GLOSS_WEIGHT`` of its language."""
+        """One search query's vector (the model's query role). A Latin, Hebrew, Italian or Arabic query is blended
+        with the vector of its English gloss from a dictionary (``glosses``), weighted by ``GLOSS_WEIGHT`` of its
+        language (``glossed``)."""
         self.load()
         assert self._model is not None
-        found = glossary().gloss(text) if self.glosses else None
+        found = glossary().gloss(text, self.glossed)
         if found is None:
             return self._model.queries([text])[0]
         assert self.info is not None

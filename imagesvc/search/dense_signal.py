@@ -158,9 +158,9 @@ class DenseText:
     def _read_lexicons(self) -> None:
         """Read the query lexicons once, in a worker thread beside the text index, whichever way the index comes
         (embedded here or published): not in the first query in Latin letters (~1 s)."""
-        if not self._lexicons_asked and self.model is not None and self.model.glosses:
+        if not self._lexicons_asked and self.model is not None and self.model.glossed:
             self._lexicons_asked = True
-            asyncio.get_running_loop().run_in_executor(None, glossary().load)
+            asyncio.get_running_loop().run_in_executor(None, glossary().load, self.model.glossed)
 
     async def _sync(self, stamp: Any) -> None:
         self._read_lexicons()

@@ -345,7 +345,7 @@ class SearchEngine:
         a Latin or Hebrew dictionary knows, one of those ("ligone" is a Latin hoe, not a misspelt "line")."""
         assert self.text_model is not None
         is_word = self.text_model.is_common_word
-        found = glossary().gloss(text) if self.text_model.glosses else None
+        found = glossary().gloss(text, self.text_model.glossed)
         if found is None or len(found.known) < 2:  # a lone word ("serpant") is corrected as any other: no context
             return is_word
         return lambda word: word.casefold() in found.known or is_word(word)

