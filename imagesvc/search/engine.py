@@ -33,7 +33,7 @@ from imagesvc.search.dense import (
 )
 from imagesvc.search.dense_signal import DenseText, QueryCache
 from imagesvc.search.fusion import fuse
-from imagesvc.search.glosses import glossary
+from imagesvc.search.glosses import Gloss, glossary
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.keyword_cache import KeywordCache
 from imagesvc.search.page_cuts import prepared
@@ -68,6 +68,7 @@ class Scored:
     dense: dict[str, float] = field(default_factory=dict)
     signals: list[str] = field(default_factory=list)
     corrected: dict[str, str] = field(default_factory=dict)  # query word -> the library word searched instead
+    glossed: Gloss | None = None  # how a query in a glossed language was read (``glosses``), when dense ranked it
 
 
 class SearchEngine:
@@ -414,21 +415,23 @@ class SearchEngine:
                     return self._hit_rows(snap.table, keyword_hits(source, text), source)
             return self._hit_rows(snap.table, early, self.catalog)
 
-        def work() -> tuple[Ranked, dict[str, float], dict[str, float]]:
+        def work() -> tuple[Ranked, dict[str, float], dict[str, float], Gloss | None]:
             rows, scores = cached if cached is not None else self.keywords.get(snap.generation, text, matches)
             found = self.dense.scores(text) if use_dense else None
             if found:
                 fts = dict(zip(map(snap.table.ids.__getitem__, rows.tolist()), scores.tolist(), strict=True))
                 fused, dense = fuse(found[0], found[1], fts)
-                return self._run(snap, q, fused), dense, fts
+                glossed = self.text_model.glossed if self.text_model is not None else ()
+                read = glossary().gloss(text, glossed)  # as the query's vector read it (~0.2 ms)
+                return self._run(snap, q, fused), dense, fts, read
             ranked = self._run(snap, q, (rows, scores))  # keyword only: the scores as they are, no dict of them
             by_row = dict(zip(rows.tolist(), scores.tolist(), strict=True)) if ranked.rows else {}
             shown = {snap.table.ids[r]: by_row[r] for r in ranked.rows if r in by_row}
-            return ranked, {}, shown
+            return ranked, {}, shown, None
 
-        ranked, dense, fts = await asyncio.to_thread(work)
+        ranked, dense, fts, read = await asyncio.to_thread(work)
         signals = [s for s in self.signals(snap) if s != "dense-text" or use_dense]
-        return Scored(snap.table, ranked, snap.generation, fts, dense, signals, fixes)
+        return Scored(snap.table, ranked, snap.generation, fts, dense, signals, fixes, read)
 
 
 _REBUILD = ["Run `imagesvc index` again to rewrite the vector index; the node picks it up on the next request."]

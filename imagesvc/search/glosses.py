@@ -602,8 +602,10 @@ class Glossary:
         (another language, or no word found); the lexicons of other languages are not read."""
         query = unicodedata.normalize("NFC", query)  # "virtù" typed as u and a combining grave is "virtù"
         code = language_of(query)
-        if code in ("he", "ar"):  # points, tashkeel and cantillation out, or they would cut words in two
+        if code == "he":  # points and cantillation marks out, or they would cut words in two
             query = "".join(c for c in unicodedata.normalize("NFD", query) if unicodedata.category(c) != "Mn")
+        elif code == "ar":  # tashkeel and tatweel out; the letters as typed (hamza forms are folded for lookup only)
+            query = "".join(c for c in query if not ("\u064b" <= c <= "\u065f" or c in "\u0670\u0640"))
         words = _WORD.findall(query)[:32]
         if code is None or not words:
             return None

@@ -142,6 +142,12 @@ async def search_images(
         status["excluded_terms"] = list(parsed.negative)
     if found.corrected:
         status["corrected"] = found.corrected
+    if found.glossed is not None:  # how a Latin, Hebrew, Italian or Arabic query was read: its dictionary gloss
+        status["glossed"] = {
+            "language": found.glossed.language,
+            "gloss": found.glossed.text,
+            "words": dict(found.glossed.words),
+        }
     unranked = q.text is None and like is None
     more = found.ranked.more or len(items) > limit
     items = items[:limit]

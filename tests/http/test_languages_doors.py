@@ -57,6 +57,11 @@ async def test_rest_finds_it_from_hebrew_arabic_and_chinese(site: TestServer) ->
             assert "dense-text" in body["search"]["signals"]
             assert any(TARGET in d for d in _top5(body["items"])), (query, _top5(body["items"]))
             assert body["search"].get("corrected", {}) == {}  # no word of these scripts is "corrected" to English
+            glossed = body["search"].get("glossed")  # how the query was read: Hebrew and Arabic by their dictionaries
+            if query == CHINESE:
+                assert glossed is None
+            else:
+                assert glossed["language"] == {HEBREW: "he", ARABIC: "ar"}[query] and "tail" in glossed["gloss"]
 
 
 async def test_rest_finds_what_only_the_dictionaries_link(site: TestServer, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,6 +93,10 @@ async def test_rest_finds_what_only_the_dictionaries_link(site: TestServer, monk
 
     for query, target in cases.items():
         assert any(target in d for d in await top5(query)), (query, await top5(query))
+    params = {"q": "زنبقة بيضاء"}
+    async with aiohttp.ClientSession() as http, http.get(site.make_url("/api/gallery"), params=params) as resp:
+        read = (await resp.json())["search"]["glossed"]
+    assert read["language"] == "ar" and read["words"]["زنبقة"] == "lily"  # the word as typed, the sense it was read as
     # the same words with no glosses (a comma after the first word: the query's vector is cached by its text)
     monkeypatch.setattr(glosses, "_shared", glosses.Glossary(()))
     for query, target in cases.items():
@@ -95,9 +104,9 @@ async def test_rest_finds_what_only_the_dictionaries_link(site: TestServer, monk
         assert not any(target in d for d in await top5(f"{first}, {rest}")), query
 
 
-async def test_mcp_finds_it_from_chinese_and_hebrew(site: TestServer) -> None:
+async def test_mcp_finds_it_from_chinese_hebrew_and_arabic(site: TestServer) -> None:
     async with mcp_session(site) as session:
-        for query in (CHINESE, HEBREW):
+        for query in (CHINESE, HEBREW, ARABIC):
             result = await session.call_tool("search_images", {"query": query, "limit": 5, "maxPerBook": 1000})
             assert not result.is_error, result
             assert any(TARGET in d for d in _top5(result.structured_content["items"])), query
@@ -115,7 +124,7 @@ async def test_the_search_page_finds_it_and_keeps_the_query_in_its_url(site: Tes
 
     require(MODULES / "playwright-core")
     base = str(site.make_url("")).rstrip("/")
-    for query in (HEBREW, CHINESE):
+    for query in (HEBREW, ARABIC, CHINESE):
         seen = await run_driver(VIEWER / "pages.mjs", base, str(tmp_path), "query", "60000", query, timeout=180)
         assert "crash" not in seen, seen["crash"]
         assert seen["errors"] == [] and seen["failed"] == [] and seen["blocked"] == []

