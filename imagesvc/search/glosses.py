@@ -304,10 +304,11 @@ class _Arabic:
                 if end > len(text):  # an index of other data: every offset is suspect
                     raise ValueError(f"the index points past the data ({end} > {len(text)} bytes)")
                 key = _arabic_key(headword)
-                for line_ in text[start:end].decode("utf-8").splitlines()[1:]:
-                    sense = re.sub(r"^\d+\.\s*", "", line_).strip().casefold()
-                    if sense and (key not in best or used(sense) > best[key][0]):
-                        best[key] = (used(sense), sense)
+                for numbered in text[start:end].decode("utf-8").splitlines()[1:]:  # "1. Sense", or "Sense" alone
+                    sense = re.sub(r"^\d+\.\s*", "", numbered).strip().casefold()
+                    score = used(sense) if sense else -1
+                    if score >= 0 and (key not in best or score > best[key][0]):
+                        best[key] = (score, sense)
         self.senses = {key: sense for key, (_used, sense) in best.items()}
         self.stopwords = {_arabic_key(w) for w in _stopwords("ar")}
 
