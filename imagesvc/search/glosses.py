@@ -208,6 +208,21 @@ class _Latin:
         return out, known
 
 
+def _with_suffixes_off(
+    bases: list[str], suffixes: tuple[str, ...], plural: str, singulars: tuple[str, ...]
+) -> list[str]:
+    """Each of ``bases``, then it without each of ``suffixes`` that leaves two letters or more; a feminine ``plural``
+    ending also put back as each of its ``singulars``."""
+    out: list[str] = []
+    for base in bases:
+        out.append(base)
+        for suffix in suffixes:
+            stem = base[: -len(suffix)]
+            if base.endswith(suffix) and len(stem) >= 2:
+                out += [stem, *(stem + s for s in singulars)] if suffix == plural else [stem]
+    return out
+
+
 class _Hebrew:
     """Hebrew to English: a modern dictionary (``milon``) where it knows the word, else Strong's biblical one.
 
@@ -234,16 +249,7 @@ class _Hebrew:
         bases = [word] + [
             word[i:] for i in (1, 2) if len(word) - i >= 2 and all(c in _HEBREW_PREFIXES for c in word[:i])
         ]
-        out: list[str] = []
-        for base in bases:
-            out.append(base)
-            for suffix in _HEBREW_SUFFIXES:
-                stem = base[: -len(suffix)]
-                if base.endswith(suffix) and len(stem) >= 2:
-                    out.append(stem)
-                    if suffix == "ות":
-                        out += [stem + "ה", stem + "ת"]
-        return list(dict.fromkeys(out))
+        return list(dict.fromkeys(_with_suffixes_off(bases, _HEBREW_SUFFIXES, "ות", ("ה", "ת"))))
 
     def sense(self, word: str) -> str | None:
         """The first sense of ``word``'s headword: the modern dictionary's by any form, then Strong's."""
@@ -317,15 +323,8 @@ class _Arabic:
         """The folded forms ``word`` may be a headword's, each with the article first."""
         word = _arabic_key(word)
         bases = [word] + [word[len(p) :] for p in _ARABIC_PREFIXES if word.startswith(p) and len(word) - len(p) >= 2]
-        stems: list[str] = []
-        for base in bases:
-            stems.append(base)
-            for suffix in _ARABIC_SUFFIXES:
-                stem = base[: -len(suffix)]
-                if base.endswith(suffix) and len(stem) >= 2:
-                    stems += [stem, stem + "ه"] if suffix == "ات" else [stem]
         out = []
-        for stem in stems:
+        for stem in _with_suffixes_off(bases, _ARABIC_SUFFIXES, "ات", ("ه",)):  # ه: a folded ة
             out += [stem, "ال" + stem] if stem.startswith("ال") else ["ال" + stem, stem]
         return list(dict.fromkeys(out))
 
