@@ -56,7 +56,9 @@ __all__ = ["LANGUAGES", "Gloss", "Glossary", "available", "glossary", "language_
 log = logging.getLogger("imagesvc.search.glosses")
 _WORD = re.compile(r"[^\W\d_]+")
 _HEBREW_LETTER = re.compile(r"[\u05d0-\u05ea]")
-_ARABIC_LETTER = re.compile(r"[\u0620-\u064a\u0671-\u06d3]")
+_ARABIC_LETTER = re.compile(r"[\u0620-\u063f\u0641-\u064a\u0671-\u06d3]")  # tatweel (U+0640) is no letter
+# letters of Persian and Urdu that Arabic does not write: such a query is not read through an Arabic dictionary
+_NOT_ARABIC = frozenset("پچژگیکےٹڈڑںھۀ")
 _FREQ = "ABCDEF"  # WORDS' frequency codes, most frequent first (X: unknown)
 _CONTENT_POS = ("N", "ADJ", "V", "ADV", "NUM")  # parts of speech whose senses are worth embedding
 _OTHER_LANGUAGES = ("en", "de", "fr", "it", "es")
@@ -113,6 +115,7 @@ def arabic_dictionary() -> Path | None:
 
 
 SENSE_PARTS = 2  # words or phrases kept of a headword's first sense ("furnace/oven/kiln" -> "furnace oven")
+LONGEST_WORD = 40  # letters: longer is no word of any lexicon here (the longest Latin forms have ~20)
 LATIN_SENSE_PARTS = 1  # of a Latin headword's: one is as good at recall@5 and better at recall@1, and cheaper to encode
 
 
@@ -196,15 +199,16 @@ class _Latin:
 
     def gloss(self, words: list[str]) -> tuple[list[tuple[str, str]], frozenset[str]] | None:
         lower = [w.casefold() for w in words]
-        parsed = {w: self.parses(w) if len(w) > 1 else [] for w in lower}  # "d'", "y": abbreviations in WORDS
+        # "d'", "y": abbreviations in WORDS; past LONGEST_WORD no Latin form (each cut of a word is a probe)
+        parsed = {w: self.parses(w) if 1 < len(w) <= LONGEST_WORD else [] for w in lower}
         known = _accepted(lower, {w for w in lower if parsed[w]}, self.stopwords, self.foreign)
         if known is None:
             return None
         out = []
-        for w in lower:
+        for typed, w in zip(words, lower, strict=True):  # each word as typed, looked up casefolded
             content = [e for e in parsed[w] if e[0] in _CONTENT_POS and e[3]]
             if content and w not in self.stopwords:
-                out.append((w, content[0][3]))
+                out.append((typed, content[0][3]))
         return out, known
 
 
@@ -325,6 +329,8 @@ class _Arabic:
         bases = [word] + [word[len(p) :] for p in _ARABIC_PREFIXES if word.startswith(p) and len(word) - len(p) >= 2]
         out = []
         for stem in _with_suffixes_off(bases, _ARABIC_SUFFIXES, "ات", ("ه",)):  # ه: a folded ة
+            if len(stem.removeprefix("ال")) < 2:  # the article alone ("بال", "الها"), or one letter: no word
+                continue
             out += [stem, "ال" + stem] if stem.startswith("ال") else ["ال" + stem, stem]
         return list(dict.fromkeys(out))
 
@@ -347,9 +353,10 @@ _DICTD_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+
 
 
 def _arabic_key(word: str) -> str:
-    """An Arabic word as the dictionary is keyed: tashkeel and tatweel out, the alef forms, ى and ة folded."""
+    """An Arabic word as the dictionary is keyed: presentation forms and ligatures as their letters (NFKD), tashkeel
+    and tatweel out, the alef forms, ى and ة folded."""
     return "".join(
-        c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn" and c != "\u0640"
+        c for c in unicodedata.normalize("NFKD", word) if unicodedata.category(c) != "Mn" and c != "\u0640"
     ).translate(_ARABIC_FOLD)
 
 
@@ -414,7 +421,11 @@ class _Italian:
         known = _accepted(lower, {w for w in lower if lemmas[w]}, self.stopwords, self.foreign)
         if known is None:
             return None
-        out = [(w, self.senses[lemma]) for w in lower if (lemma := lemmas[w]) and self._content(w, lemma)]
+        out = [  # each word as typed, looked up casefolded
+            (typed, self.senses[lemma])
+            for typed, w in zip(words, lower, strict=True)
+            if (lemma := lemmas[w]) and self._content(w, lemma)
+        ]
         return out, known
 
     def _content(self, word: str, lemma: str) -> bool:
@@ -558,7 +569,7 @@ def language_of(query: str) -> str | None:
     if hebrew * 2 > len(letters):
         return "he"
     if sum(1 for c in letters if _ARABIC_LETTER.match(c)) * 2 > len(letters):
-        return "ar"
+        return None if _NOT_ARABIC.intersection(letters) else "ar"
     if all(c.isascii() or unicodedata.name(c, "").startswith("LATIN") for c in letters):
         return "la"
     return None
@@ -600,12 +611,14 @@ class Glossary:
     def gloss(self, query: str, languages: Collection[str] = LANGUAGES) -> Gloss | None:
         """The English gloss of a query in one of ``languages`` (Latin, Hebrew, Italian or Arabic), or ``None``
         (another language, or no word found); the lexicons of other languages are not read."""
-        query = unicodedata.normalize("NFC", query)  # "virtù" typed as u and a combining grave is "virtù"
+        # NFKC: "virtù" typed as u and a combining grave is "virtù", Arabic presentation forms are the letters they
+        # show; invisible format characters (joiners, direction marks, a soft hyphen) out, or they cut words in two
+        query = "".join(c for c in unicodedata.normalize("NFKC", query) if unicodedata.category(c) != "Cf")
         code = language_of(query)
         if code == "he":  # points and cantillation marks out, or they would cut words in two
             query = "".join(c for c in unicodedata.normalize("NFD", query) if unicodedata.category(c) != "Mn")
-        elif code == "ar":  # tashkeel and tatweel out; the letters as typed (hamza forms are folded for lookup only)
-            query = "".join(c for c in query if not ("\u064b" <= c <= "\u065f" or c in "\u0670\u0640"))
+        elif code == "ar":  # tashkeel, Quranic marks and tatweel out; hamza forms as typed (folded for lookup only)
+            query = "".join(c for c in query if unicodedata.category(c) != "Mn" and c != "\u0640")
         words = _WORD.findall(query)[:32]
         if code is None or not words:
             return None
