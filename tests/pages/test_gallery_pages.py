@@ -40,6 +40,7 @@ async def test_the_site_root_is_a_search_page_not_a_json_404(client: TestClient)
     for name in FILTER_NAMES:  # each has a visible label
         doc.one("label", for_=f"f-{name}")
     assert doc.one("input", name="year_from").attrs["type"] == "number"
+    assert doc.one("input", name="q").attrs["dir"] == "auto"  # Hebrew and Arabic typed right to left
     options = [o.attrs["value"] for o in doc.all("option") if o.attrs["value"]]
     assert "demo-sefer-maarekhet-ha-kokhavim" in options and "demo-heavens" in options  # a book, a collection
 
