@@ -243,16 +243,21 @@ _GLOSS_SOURCES = {
 
 
 def _glosses(settings: Settings) -> Finding:
-    """Which of the query languages glossed from a dictionary (Latin, Hebrew, Italian, Arabic) have theirs here:
-    without it a language is still searched, by the model alone, and finds less (docs/search.md)."""
+    """Which of the query languages this node's model glosses from a dictionary (Latin, Hebrew, Italian, Arabic; not
+    Arabic with ``e5+use``) have theirs here: without it a language is still searched, by the model alone, and finds
+    less (docs/search.md)."""
+    from imagesvc.search.dense import TextModel
     from imagesvc.search.glosses import available
 
     if settings.text_model == "off":
         return Finding("ok", "query glosses", "not used: the text model is off")
-    found = available()
-    missing = [code for code, there in found.items() if not there]
+    glossed = TextModel(settings.text_model).glossed  # decided from the settings and the CPU: nothing is loaded
+    if not glossed:
+        return Finding("ok", "query glosses", "not used: no text model can run here (see text model)")
+    there = available()
+    missing = [code for code in glossed if not there[code]]
     if not missing:
-        return Finding("ok", "query glosses", f"dictionaries for {', '.join(found)}")
+        return Finding("ok", "query glosses", f"dictionaries for {', '.join(glossed)}")
     how = "; ".join(f"{code}: {_GLOSS_SOURCES[code]}" for code in missing)
     return Finding(
         "warn",

@@ -8,7 +8,8 @@ set -uo pipefail
 venv=${1:-.venv}
 name=freedict-ara-eng
 target="$venv/share/dictd"
-if [ -f "$target/$name.index" ] || [ -f "/usr/share/dictd/$name.index" ]; then
+there() { [ -f "$1/$name.index" ] && [ -f "$1/$name.dict.dz" ]; }
+if there "$target" || there /usr/share/dictd; then
   exit 0
 fi
 if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
@@ -18,11 +19,11 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 if ! (cd "$work" && apt-get download -q dict-freedict-ara-eng >/dev/null 2>&1); then
-  echo "arabic-dictionary: apt could not fetch dict-freedict-ara-eng (run 'apt-get update' as root first?);" \
-    "Arabic queries are ranked without dictionary glosses" >&2
+  echo "arabic-dictionary: apt could not fetch dict-freedict-ara-eng; Arabic queries are ranked without dictionary" \
+    "glosses (after 'apt-get update' as root, run: bash scripts/arabic-dictionary.sh $venv)" >&2
   exit 0
 fi
 dpkg-deb -x "$work"/dict-freedict-ara-eng_*.deb "$work/root" \
   && mkdir -p "$target" \
-  && cp "$work/root/usr/share/dictd/$name".* "$target/" \
+  && cp "$work/root/usr/share/dictd/$name.dict.dz" "$work/root/usr/share/dictd/$name.index" "$target/" \
   || { echo "arabic-dictionary: the package could not be unpacked; Arabic queries are ranked without glosses" >&2; exit 0; }

@@ -9,7 +9,9 @@ decided from the platform and ``/proc/cpuinfo`` *before* its library is loaded.
 ``minilm``: all-MiniLM-L6-v2 (English only) through sentence-transformers and torch (the ``minilm`` extra).
 ``e5+use``: both multilingual models side by side, each passage and query embedded by each (384 + 512 columns); an
 illustration scores the weighted mean of the two models' best passage on the common scale (``ModelInfo.common``),
-except for a query glossed from Latin or Hebrew, which e5 with its gloss ranks alone (USE knows neither language).
+except for a query glossed from Latin or Hebrew, which e5 with its gloss ranks alone (USE knows neither language);
+an Italian one keeps USE's vector of the query itself beside e5's glossed one, and an Arabic one is not glossed
+(``dense.SECOND_READS``, ``dense.SECOND_ALONE``).
 
 A model's ``key`` names the model and the version of the package that ships it; the text index is tagged with it, so
 vectors of one model are never ranked against queries of another (docs/search.md).

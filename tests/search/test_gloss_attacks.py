@@ -164,7 +164,7 @@ def test_a_mostly_arabic_query_is_read_as_arabic(glossary: Glossary, query: str)
 
 @pytest.mark.parametrize("query", ["mandrake " + "ـ" * 10, "statera probatoria " + "ـ" * 30])
 def test_tatweel_alone_does_not_make_a_query_arabic(glossary: Glossary, query: str) -> None:
-    """Today "mandrake ــــــــــ" is glossed as Arabic ("mandrake", a Latin-letter headword of FreeDict), and
+    """Was: "mandrake ــــــــــ" glossed as Arabic ("mandrake", a Latin-letter headword of FreeDict), and
     "statera probatoria" padded with tatweel loses its Latin gloss (the Arabic dictionary knows neither word)."""
     assert language_of(query) != "ar"
 
