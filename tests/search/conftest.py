@@ -11,6 +11,7 @@ from imagesvc.catalog import Catalog
 from imagesvc.search.clip import TINY_MODEL, Encoder, clip_spec
 from imagesvc.search.index import IndexSummary, run_index
 from imagesvc.storage.local import LocalStore
+from tests.http.test_languages_doors import site  # noqa: F401  (a warmed server with the text model on)
 from tests.library import copy_library, settings_for
 
 TINY = {"clip_model": TINY_MODEL, "clip_weights": "random", "clip_threads": 1}

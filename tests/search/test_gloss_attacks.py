@@ -15,7 +15,6 @@ import random
 import re
 import unicodedata
 import urllib.parse
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from imagesvc.search import glosses
 from imagesvc.search.glosses import LANGUAGES, Glossary, language_of
 from tests.library import copy_library, settings_for
 from tests.parts import missing_part
-from tests.servers import free_port
 
 pytestmark = pytest.mark.skipif(
     not all(glosses.available()[code] for code in ("la", "he", "it")),
@@ -219,21 +217,9 @@ def test_a_long_latin_word_is_not_looked_up_cut_by_cut(glossary: Glossary, monke
 
 
 @pytest.fixture
-async def site(demo_library: dict[str, Any], tmp_path: Path) -> AsyncIterator[TestServer]:
-    """The default app (text model on) on a loopback port, as tests/http/test_languages_doors.py builds it."""
+def arabic() -> None:
     if not glosses.available()["ar"]:
         missing_part("no Arabic dictionary (scripts/arabic-dictionary.sh, or apt-get install dict-freedict-ara-eng)")
-    port = free_port()
-    data = copy_library(demo_library["data"], tmp_path / "data")
-    settings = settings_for(data, site_url=f"http://127.0.0.1:{port}", search_wait=600)
-    server = TestServer(build_app(settings), host="127.0.0.1", port=port)
-    await server.start_server()
-    try:
-        async with aiohttp.ClientSession() as http, http.get(server.make_url("/api/gallery"), params={"q": "x"}) as r:
-            assert r.status == 200  # the text model loaded and the library embedded
-        yield server
-    finally:
-        await server.close()
 
 
 async def _get(site: TestServer, path: str, q: str) -> tuple[int, str, str]:
@@ -277,6 +263,7 @@ HTTP_QUERIES = [
 ]
 
 
+@pytest.mark.usefixtures("arabic")
 async def test_hostile_queries_over_rest_answer_200_and_a_sensible_glossed(site: TestServer) -> None:
     for q in HTTP_QUERIES:
         status, kind, text = await _get(site, "/api/gallery", q)
@@ -300,6 +287,7 @@ async def test_hostile_queries_over_rest_answer_200_and_a_sensible_glossed(site:
         assert (read and read["language"]) == language or (read is None and language is None), (q, read)
 
 
+@pytest.mark.usefixtures("arabic")
 async def test_a_query_over_the_length_limit_is_the_one_json_error_shape(site: TestServer) -> None:
     for q in ("ب" * 501, LILY * 101, "\u0640" * 501):
         status, kind, text = await _get(site, "/api/gallery", q)
@@ -308,6 +296,7 @@ async def test_a_query_over_the_length_limit_is_the_one_json_error_shape(site: T
         assert error["error"] == "invalid_request" and error["message"] and isinstance(error["recovery"], list)
 
 
+@pytest.mark.usefixtures("arabic")
 async def test_glossed_words_are_the_words_as_typed_in_latin_letters(site: TestServer) -> None:
     for q in ("Statera Probatoria in Theca", "Giglio Bianco"):
         _status, _kind, text = await _get(site, "/api/gallery", q)
@@ -315,6 +304,7 @@ async def test_glossed_words_are_the_words_as_typed_in_latin_letters(site: TestS
         assert all(word in q.split() for word in read["words"]), (q, read["words"])
 
 
+@pytest.mark.usefixtures("arabic")
 async def test_the_search_page_escapes_the_gloss_and_the_query(
     site: TestServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
