@@ -109,7 +109,7 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     ids = [i for i in table.ids for _ in range(3)]
     index = VectorIndex(ids, [""] * len(ids), matrix, model.key)
-    passages = Passages.of(index, split=info.split)  # two steps from PREFILTER_FROM on (dense.Passages.score)
+    passages = Passages.of(index, split=info.split, second_directions=info.second_directions)  # two steps, as served
     scan = Passages.of(index, prefilter_from=10**12)  # every passage scored: the exhaustive reference
     plain = Query(max_per_book=3, limit=20)
     # raw cosines, each model at its weight; two models' weighted mean doubled, so that the best of random vectors
@@ -186,9 +186,9 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="e5", choices=["e5", "use", "minilm", "e5+use"])
+    parser.add_argument("--model", default="e5+minilm", choices=["e5+minilm", "e5", "use", "minilm", "e5+use"])
     parser.add_argument(
-        "--reference", choices=["e5", "use", "minilm", "e5+use"], help="also time this model, in the same run"
+        "--reference", choices=["e5+minilm", "e5", "use", "minilm", "e5+use"], help="also time this model, in the same run"
     )
     parser.add_argument("--illustrations", type=int, default=200_000)
     parser.add_argument("--queries", type=int, default=200)

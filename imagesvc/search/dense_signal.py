@@ -210,7 +210,7 @@ class DenseText:
                 f"the published text index was embedded by {index.model_key}, and this node runs {self.model.key}",
                 recovery=["Run `imagesvc index` with this node's IMAGESVC_TEXT_MODEL (docs/search.md)."],
             )
-        return index, Passages.of(index, split=self.model.info.split if self.model.info else 0)
+        return index, self._passages(index)
 
     def _load(self) -> tuple[VectorIndex, Passages]:
         assert self.model is not None
@@ -222,7 +222,13 @@ class DenseText:
             self.data_dir, rows, self.model, replace_other=False, still_wanted=lambda: not self.closed
         )
         self.embedded += summary.embedded
-        return index, Passages.of(index, split=self.model.info.split if self.model.info else 0)
+        return index, self._passages(index)
+
+    def _passages(self, index: VectorIndex) -> Passages:
+        info = self.model.info if self.model is not None else None
+        if info is None:
+            return Passages.of(index)
+        return Passages.of(index, split=info.split, second_directions=info.second_directions)
 
     def source(self) -> dict[str, Any]:
         """Where the text index in service came from, for /health."""

@@ -38,6 +38,7 @@ error.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.util
 import json
@@ -576,6 +577,44 @@ def language_of(query: str) -> str | None:
     if all(c.isascii() or unicodedata.name(c, "").startswith("LATIN") for c in letters):
         return "la"
     return None
+
+
+ENGLISH_SHARE = (2, 3)  # of a query's words in the English word list, at least, for it to read as English
+_POSSESSIVE = re.compile(r"['’]s\b")  # "chapter's": no "s" read as a French word
+COMMON_ENGLISH = 1000  # occurrences in pyspellchecker's corpus: "chastity" 1,670, "fornax" and "alembic" 50
+# English function words: "ore", "die" or "come" in a query are also Italian, German or Latin ones; where these
+# outnumber them, the query is English ("chart of ore lodes in highland country")
+_ENGLISH_FUNCTION_WORDS = """a an the of and or in on at to by for from with without into onto over under above below
+beside between among through across against upon its his her their our my your this that these those which where who
+whose what is are was were be as"""
+ENGLISH_FUNCTION_WORDS = frozenset(_ENGLISH_FUNCTION_WORDS.split())
+
+
+@functools.cache
+def _foreign_function_words() -> frozenset[str]:
+    """Function words of German, French, Italian, Spanish and Latin that English has none of ("der", "qui", "che")."""
+    words = set().union(*(_stopwords(code) for code in ("de", "fr", "it", "es", "la")))
+    return frozenset(words - ENGLISH_FUNCTION_WORDS)
+
+
+def english(query: str) -> bool:
+    """Whether a query reads as English: in Latin letters, with fewer function words of German, French, Italian,
+    Spanish or Latin than of English (none, when it has no English ones), an English function word or a common English
+    word, and at least ``ENGLISH_SHARE`` of its words in the English word list (``spelling``)."""
+    from imagesvc.search.spelling import english_frequency, english_word
+
+    query = unicodedata.normalize("NFKC", query)
+    if language_of(query) != "la":
+        return False
+    words = [w.casefold() for w in _WORD.findall(_POSSESSIVE.sub("", query))[:32]]
+    foreign = sum(1 for w in words if w in _foreign_function_words())
+    own = sum(1 for w in words if w in ENGLISH_FUNCTION_WORDS)
+    if foreign and (not own or foreign > own):  # "digging for ore", "mine shaft with ladders" are English
+        return False
+    if not any(w in ENGLISH_FUNCTION_WORDS or english_frequency(w) >= COMMON_ENGLISH for w in words):
+        return False  # "fornax", "serpens": Latin words the English list has too, and nothing more English
+    words = [w for w in words if len(w) > 1]  # "a" says little either way
+    return sum(map(english_word, words)) * ENGLISH_SHARE[1] >= len(words) * ENGLISH_SHARE[0]
 
 
 class Glossary:

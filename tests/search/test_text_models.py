@@ -121,7 +121,7 @@ def test_a_cpu_without_avx2_falls_back_before_anything_loads() -> None:
 async def test_with_no_model_that_can_run_search_is_keyword_only_and_says_why(
     data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(text_models, "FALLBACKS", {"e5": ()})
+    monkeypatch.setattr(text_models, "FALLBACKS", {"e5": (), "e5+minilm": ()})
     catalog = Catalog(data / "catalog.sqlite3")
     try:
         engine = SearchEngine(settings_for(data, search_wait=600), catalog)

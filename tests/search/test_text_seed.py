@@ -24,15 +24,18 @@ def _seed_key() -> str:
 def test_the_seed_holds_the_demo_librarys_passages_as_the_default_model_embeds_them() -> None:
     key = _seed_key()
     # the default model as installed (whether or not this CPU can run it): a new version of it needs a new seed
-    assert key == model_info("e5").key, "fixtures/demo_textvectors.npz: python -m imagesvc.search.text_seed DATA_DIR"
+    assert key == model_info("e5+minilm").key, (
+        "fixtures/demo_textvectors.npz: python -m imagesvc.search.text_seed DATA_DIR"
+    )
     books = json.loads((ROOT / "fixtures" / "demo_books.json").read_text(encoding="utf-8"))["books"]
     found = [i for b in books for p in b["pages"] for i in p.get("illustrations", [])]
     wanted = {text_hash(key, "\n".join(passages(i))) for i in found}
     with np.load(DEMO_SEED) as data:
         assert set(data["hashes"].tolist()) == wanted, "regenerate: python -m imagesvc.search.text_seed DATA_DIR"
         vectors = data["embeddings"]
-    assert vectors.dtype == np.float32 and vectors.shape[1] == 384
-    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
+    assert vectors.dtype == np.float32 and vectors.shape[1] == 768  # e5's 384 columns, then MiniLM's
+    for block in (vectors[:, :384], vectors[:, 384:]):  # each model's vector normalised on its own
+        assert np.allclose(np.linalg.norm(block, axis=1), 1.0, atol=1e-3)
 
 
 def test_seeding_writes_only_an_absent_index_of_the_same_model(tmp_path: Path) -> None:

@@ -1,0 +1,137 @@
+"""English queries read by MiniLM, every other by e5 (``IMAGESVC_TEXT_MODEL=e5+minilm``, the default): which queries
+read as English (``glosses.english``), and which model's columns each query's vector fills."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from imagesvc.search import text_models
+from imagesvc.search.dense import Passages, TextModel
+from imagesvc.search.glosses import english
+from imagesvc.search.vectors import VectorIndex
+from tests.parts import missing_part
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ENGLISH = [
+    "a dragon devouring its own tail",
+    "Madonna bloom, emblem of chastity",
+    "digging for ore",  # "ore" is an Italian word too ("hours")
+    "mine shaft with ladders",  # "mine" a French one
+    "chart of ore lodes in highland country",
+    "scrolling tendrils as a chapter's final flourish",  # no "s" read as French
+    "how the moon waxes and wanes",
+    "SERPENT BITING ITS TAIL",
+    "snake",
+]
+NOT_ENGLISH = [
+    "Drache, der seinen eigenen Schwanz frisst",
+    "Himmelssphären um die Erde mit dem Tierkreis",
+    "la sauge, de la racine à la fleur",
+    "rosier en fleurs",
+    "serpente che si morde la coda",
+    "dragón que se muerde la cola",
+    "sol et luna",
+    "fornax",  # Latin words that the English list also has, and nothing more English
+    "serpens",
+    "נחש הבולע את זנבו",
+    "أفعى تبتلع ذيلها",
+    "衔尾蛇",
+    "",
+    "   ",
+    "12345",
+    "🐉🔥",
+    "!!!",
+]
+
+
+@pytest.mark.parametrize("query", ENGLISH)
+def test_english_queries_read_as_english(query: str) -> None:
+    assert english(query)
+
+
+@pytest.mark.parametrize("query", NOT_ENGLISH)
+def test_other_languages_do_not(query: str) -> None:
+    assert not english(query)
+
+
+def test_no_query_of_another_language_in_either_evaluation_set_reads_as_english() -> None:
+    for name in ("search_eval_languages.json", "search_eval_languages_heldout.json"):
+        for concept in json.loads((ROOT / "benchmarks" / name).read_text(encoding="utf-8"))["concepts"]:
+            for lang, query in concept["queries"].items():
+                if lang not in ("en", "la"):  # Latin ones may: a dictionary glosses them first (the model's order)
+                    assert not english(query), (name, lang, query)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "dragon " * 10_000,
+        "\x00dragon\x00",
+        "\u202edragon\u202c tail",
+        "dragon\ud800tail",
+        "\ufdd0\uffff",
+        "d\u0301ragon",
+        "ﬁre and ﬂame",  # ligatures, read as letters after NFKC
+        "a" * 100_000,
+    ],
+)
+def test_hostile_queries_are_answered_never_raised(query: str) -> None:
+    assert english(query) in (True, False)
+
+
+@pytest.fixture(scope="module")
+def pair() -> TextModel:
+    model = TextModel("e5+minilm")
+    if model.info is None or model.info.name != "e5+minilm":
+        missing_part(f"e5+minilm cannot run here: {model.note}")
+    model.load()
+    return model
+
+
+def test_an_english_query_fills_minilms_columns_only(pair: TextModel) -> None:
+    from imagesvc.search.minilm import MiniLM
+
+    vector = pair.query("a dragon devouring its own tail")
+    assert vector.shape == (768,) and not vector[:384].any()
+    assert np.allclose(vector[384:], MiniLM().encode(["a dragon devouring its own tail"])[0], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Drache, der seinen eigenen Schwanz frisst",  # German: e5 alone, no gloss
+        "衔尾蛇",
+        "draco caudam suam devorans",  # Latin, glossed: e5 with its gloss
+        "serpente che si morde la coda",  # Italian, glossed: USE would read it too with e5+use, MiniLM does not
+        "أفعى تبتلع ذيلها",  # Arabic: glossed with e5+minilm (e5+use leaves it to USE)
+    ],
+)
+def test_any_other_query_fills_e5s_columns_only(pair: TextModel, query: str) -> None:
+    vector = pair.query(query)
+    assert vector.shape == (768,) and not vector[384:].any() and np.isclose(np.linalg.norm(vector[:384]), 1.0)
+
+
+def test_arabic_is_glossed_beside_minilm_as_beside_e5_alone(pair: TextModel) -> None:
+    assert "ar" in pair.glossed and pair.glossed == TextModel("e5").glossed
+
+
+def test_a_query_only_minilm_read_is_scored_on_minilms_cosines() -> None:
+    info = text_models.model_info("e5+minilm")
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((6, 768)).astype(np.float32)
+    rows[:, :384] /= np.linalg.norm(rows[:, :384], axis=1, keepdims=True)
+    rows[:, 384:] /= np.linalg.norm(rows[:, 384:], axis=1, keepdims=True)
+    index = VectorIndex(["a", "a", "b", "b", "c", "c"], [""] * 6, rows, info.key)
+    query = np.zeros(768, np.float32)
+    query[384:] = rows[3, 384:]  # b's second passage, in MiniLM's columns
+    for prefilter in (None, 1):  # every passage scored, and the two steps of a large index
+        passages = Passages.of(index, prefilter_from=prefilter, split=info.split, second_directions=0)
+        scores = passages.dense(rows, query, info)
+        want = [max(rows[n, 384:] @ query[384:] for n in (2 * k, 2 * k + 1)) for k in range(3)]
+        assert np.allclose(scores, want, atol=1e-6), (scores, want)  # MiniLM's cosines are the common scale
+        assert passages.ids[int(np.argmax(scores))] == "b"
