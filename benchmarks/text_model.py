@@ -188,7 +188,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="e5+minilm", choices=["e5+minilm", "e5", "use", "minilm", "e5+use"])
     parser.add_argument(
-        "--reference", choices=["e5+minilm", "e5", "use", "minilm", "e5+use"], help="also time this model, in the same run"
+        "--reference",
+        choices=["e5+minilm", "e5", "use", "minilm", "e5+use"],
+        help="also time this model, in the same run",
     )
     parser.add_argument("--illustrations", type=int, default=200_000)
     parser.add_argument("--queries", type=int, default=200)

@@ -111,7 +111,9 @@ def main() -> int:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1, help="serving workers (`make run`: one per core)")
-    parser.add_argument("--text-model", default="e5+minilm", help="IMAGESVC_TEXT_MODEL (its text index must be current)")
+    parser.add_argument(
+        "--text-model", default="e5+minilm", help="IMAGESVC_TEXT_MODEL (its text index must be current)"
+    )
     parser.add_argument(
         "--query", default=QUERY, help="the query polled (default Hebrew, glossed: ranked by e5 alone even with e5+use)"
     )
