@@ -3,20 +3,19 @@
 
     python benchmarks/text_model.py [--model e5] [--illustrations 200000] [--queries 200] [--reference minilm]
 
-The 200,000 illustrations are synthetic (three unit passages each, 384-d, the text index's layout: 600,000 rows);
-the query is a fresh text every time (no cache hit), encoded by the model, scored as ``DenseText.scores`` does (in
-two steps from ``PREFILTER_FROM`` illustrations on: the means read from their one-byte codes, the candidates'
-passages in float32), fused with no keyword scores and ranked (maxPerBook 3, limit 20), as ``SearchEngine.search``
-does. Timed in turns beside it: the same two steps with the means in float32 (faiss's products: the path before the
-codes), the same with numpy's products (the path before faiss), and the exhaustive numpy scan of every passage, whose
-ranked page is the reference for the agreement figures (top 20 shared, same first result). Against the float32
-means: the share of their first step's candidates the codes' first step keeps, and of their ranked page of 20 the
-codes' page shares. The resident memory the index and its passages added is printed (the float32 means' copy
-for the rows before is built after it is read). Indexing
-embeds the demo library's real descriptions, repeated, in batches of 64. With ``--reference`` the same rows are timed
-for another model in the same run (a ratio on this shared host means more than a figure). Every model is pinned to
-one thread, as in a serving worker, and so is numpy's BLAS (``OPENBLAS_NUM_THREADS=1``: its
-idle threads spin, and their CPU would count against the numpy rows).
+The 200,000 illustrations are synthetic (three unit passages each, 384-d, the text index's layout: 600,000 rows); the
+query is a fresh text every time (no cache hit), encoded by the model, scored as ``DenseText.scores`` does (in two steps
+from ``PREFILTER_FROM`` illustrations on: the means read from their one-byte codes, the candidates' passages in
+float32), fused with no keyword scores and ranked (maxPerBook 3, limit 20), as ``SearchEngine.search`` does. Timed in
+turns beside it: the same two steps with the means in float32 (faiss's products, today's choice of candidates: the path
+before the codes but for that choice), the same with numpy's products (the path before faiss), and the exhaustive numpy
+scan of every passage, whose ranked page is the reference for the agreement figures (top 20 shared, same first result).
+Against the float32 means: the share of their first step's candidates the codes' first step keeps, and of their ranked
+page of 20 the codes' page shares. The resident memory the index and its passages added is printed (the float32 means'
+copy for the rows before is built after it is read). Indexing embeds the demo library's real descriptions, repeated, in
+batches of 64. With ``--reference`` the same rows are timed for another model in the same run (a ratio on this shared
+host means more than a figure). Every model is pinned to one thread, as in a serving worker, and so is numpy's BLAS
+(``OPENBLAS_NUM_THREADS=1``: its idle threads spin, and their CPU would count against the numpy rows).
 """
 
 from __future__ import annotations
@@ -268,7 +267,7 @@ def main() -> int:
             f"{r['per_cpu_s']:.1f} ({r['per_wall_s']:.1f} wall) | {hours:.1f} |"
         )
     print(
-        "\n| model | query incl. encode, means from codes (now), CPU ms | same, float32 means (before), CPU ms "
+        "\n| model | query incl. encode, means from codes (now), CPU ms | same, means in float32, CPU ms "
         "| means MB, codes / float32 | index and passages, RSS MB | first step's candidates kept, mean / least "
         "| top 20 shared with float32 means |"
     )
