@@ -16,8 +16,10 @@ Each query is scored in two steps as a large index is (``Passages.dense``, with 
 the share of the means' energy the directions hold, how many of the exact first step's candidates the projected
 one keeps, the dense rank-1 / top-5 agreement, and recall@5 of each query's target per language with each, and
 with every passage scored (no first step). ``--second`` keeps only USE's means in fewer directions, e5's whole, as
-the service does (``dense.SECOND_DIRECTIONS``). The other texts are real, and some are close in meaning to a query (a
-definition that says 'serpent'), so the recall compares rows; it is not the library's.
+the service does (``dense.SECOND_DIRECTIONS``). The means are kept in float32 here (``Passages.of(codes=False)``),
+so what is measured is the directions alone, not the service's one-byte codes. The other texts are real, and some
+are close in meaning to a query (a definition that says 'serpent'), so the recall compares rows; it is not the
+library's.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def relevance(args: argparse.Namespace) -> None:
         if cached is not None:
             np.save(cached, matrix)
     index = VectorIndex(ids, [""] * len(ids), matrix, model.key)
-    full = Passages.of(index, prefilter_from=0, split=model.info.split, second_directions=0)
+    full = Passages.of(index, prefilter_from=0, split=model.info.split, second_directions=0, codes=False)
     assert full.means is not None
     k = max(5, round(SHARE * len(full.ids)))
     dense.CANDIDATES = k  # the second step's share of the library as at 200,000 illustrations
@@ -220,7 +222,7 @@ def _first_step(p: Passages, vector: np.ndarray, split: int) -> np.ndarray:
 def second_only(index: VectorIndex, full: Passages, columns: int, split: int) -> Narrowed:
     """USE's means alone kept in ``columns`` directions, as the service does (``Passages.of(second_directions=)``)."""
     assert full.second_means is not None
-    kept = Passages.of(index, prefilter_from=0, split=split, second_directions=columns)
+    kept = Passages.of(index, prefilter_from=0, split=split, second_directions=columns, codes=False)
     assert kept.second_basis is not None
     energy = float(np.sum((full.second_means @ kept.second_basis) ** 2) / np.sum(full.second_means**2))
     steps = (lambda v: _first_step(full, v, split), lambda v: _first_step(kept, v, split))

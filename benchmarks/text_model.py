@@ -3,16 +3,19 @@
 
     python benchmarks/text_model.py [--model e5] [--illustrations 200000] [--queries 200] [--reference minilm]
 
-The 200,000 illustrations are synthetic (three unit passages each, 384-d, the text index's layout: 600,000 rows);
-the query is a fresh text every time (no cache hit), encoded by the model, scored as ``DenseText.scores`` does (in
-two steps from ``PREFILTER_FROM`` illustrations on, with faiss's products), fused with no keyword scores and ranked
-(maxPerBook 3, limit 20), as ``SearchEngine.search`` does. Timed in turns beside it: the same two steps with numpy's
-products (the path before), and the exhaustive numpy scan of every passage, whose ranked page is the reference for
-the agreement figures (top 20 shared, same first result). Indexing
-embeds the demo library's real descriptions, repeated, in batches of 64. With ``--reference`` the same rows are timed
-for another model in the same run (a ratio on this shared host means more than a figure). Every model is pinned to
-one thread, as in a serving worker, and so is numpy's BLAS (``OPENBLAS_NUM_THREADS=1``: its
-idle threads spin, and their CPU would count against the numpy rows).
+The 200,000 illustrations are synthetic (three unit passages each, 384-d, the text index's layout: 600,000 rows); the
+query is a fresh text every time (no cache hit), encoded by the model, scored as ``DenseText.scores`` does (in two steps
+from ``PREFILTER_FROM`` illustrations on: the means read from their one-byte codes, the candidates' passages in
+float32), fused with no keyword scores and ranked (maxPerBook 3, limit 20), as ``SearchEngine.search`` does. Timed in
+turns beside it: the same two steps with the means in float32 (faiss's products, today's choice of candidates: the path
+before the codes but for that choice), the same with numpy's products (the path before faiss), and the exhaustive numpy
+scan of every passage, whose ranked page is the reference for the agreement figures (top 20 shared, same first result).
+Against the float32 means: the share of their first step's candidates the codes' first step keeps, and of their ranked
+page of 20 the codes' page shares. The resident memory the index and its passages added is printed (the float32 means'
+copy for the rows before is built after it is read). Indexing embeds the demo library's real descriptions, repeated, in
+batches of 64. With ``--reference`` the same rows are timed for another model in the same run (a ratio on this shared
+host means more than a figure). Every model is pinned to one thread, as in a serving worker, and so is numpy's BLAS
+(``OPENBLAS_NUM_THREADS=1``: its idle threads spin, and their CPU would count against the numpy rows).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.search import query_texts, synthetic  # noqa: E402
 from imagesvc.search import dense as dense_module  # noqa: E402
-from imagesvc.search.dense import CANDIDATES, Passages, TextModel  # noqa: E402
+from imagesvc.search.dense import CANDIDATES, Passages, TextModel, highest  # noqa: E402
 from imagesvc.search.fusion import fuse  # noqa: E402
 from imagesvc.search.ranking import Query, rank  # noqa: E402
 from imagesvc.search.vectors import VectorIndex  # noqa: E402
@@ -62,9 +65,11 @@ def descriptions() -> list[str]:
 
 
 def numpy_two_steps(p: Passages, embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
-    """The two-step score as it was before faiss's products: numpy's ``gemv`` and a gather of the candidates' rows."""
+    """The two-step score as it was before faiss's products: numpy's ``gemv`` and a gather of the candidates' rows
+    (``p`` with its means in float32)."""
     if p.means is None or p.starts is None or p.counts is None:
         return p.best(embeddings @ vector)
+    assert isinstance(p.means, np.ndarray) and (p.second_means is None or isinstance(p.second_means, np.ndarray))
     out = p.means @ vector[: p.split or None]
     if p.split and p.second_means is not None:  # two models' columns, kept as two blocks of means
         tail = vector[p.split :]
@@ -104,12 +109,16 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
 
     # a dense text query over n illustrations, three passages each
     table, _ = synthetic(n, 8, books=max(1, n // 15))
+    held = rss_mb()
     rng = np.random.default_rng(5)
     matrix = rng.standard_normal((3 * n, dims), dtype=np.float32)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     ids = [i for i in table.ids for _ in range(3)]
     index = VectorIndex(ids, [""] * len(ids), matrix, model.key)
-    passages = Passages.of(index, split=info.split, second_directions=info.second_directions)  # two steps, as served
+    directions = info.second_directions
+    passages = Passages.of(index, split=info.split, second_directions=directions)  # two steps, as served
+    index_mb = rss_mb() - held
+    floats = Passages.of(index, split=info.split, second_directions=directions, codes=False)  # float32 means: before
     scan = Passages.of(index, prefilter_from=10**12)  # every passage scored: the exhaustive reference
     plain = Query(max_per_book=3, limit=20)
     # raw cosines, each model at its weight; two models' weighted mean doubled, so that the best of random vectors
@@ -136,9 +145,21 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
         return rank(table, plain, None, None, fused).rows
 
     def legacy(vector: np.ndarray) -> list[int]:
-        return query(vector, lambda e, v: numpy_two_steps(passages, e, v))
+        return query(vector, lambda e, v: numpy_two_steps(floats, e, v))
+
+    def before(vector: np.ndarray) -> list[int]:
+        return query(vector, lambda e, v: floats.dense(e, v, raw))
+
+    def first_step(p: Passages, vector: np.ndarray) -> np.ndarray:
+        """The first step's score of each illustration (two models' parts summed, as ``Passages.score_parts``)."""
+        if not (info.split and vector[info.split :].any()):
+            return p._mean_scores(vector)
+        one, two = vector.copy(), vector.copy()
+        one[info.split :], two[: info.split] = 0, 0
+        return p._mean_scores(one) + p._mean_scores(two)
 
     encode_ms, query_ms, query_cpu, legacy_cpu, scan_cpu, shared, first = [], [], [], [], [], [], []
+    before_cpu, kept, same = [], [], []
     query(model.query(next(texts)))
     for _ in range(count):  # in turns, so a load swing on a shared host falls on every row alike
         t = time.perf_counter()
@@ -150,6 +171,9 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
         query_ms.append((time.perf_counter() - t) * 1000)
         query_cpu.append((time.process_time() - c) * 1000)
         c = time.process_time()
+        theirs = before(model.query(text))
+        before_cpu.append((time.process_time() - c) * 1000)
+        c = time.process_time()
         legacy(model.query(text))
         legacy_cpu.append((time.process_time() - c) * 1000)
         c = time.process_time()
@@ -157,6 +181,13 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
         scan_cpu.append((time.process_time() - c) * 1000)
         shared.append(len(set(got) & set(want)) / max(1, len(want)))
         first.append(bool(got[:1] == want[:1]))
+        vector = model.query(text)
+        ours, float_top = (
+            highest(first_step(passages, vector), CANDIDATES),
+            highest(first_step(floats, vector), CANDIDATES),
+        )
+        kept.append(len(np.intersect1d(ours, float_top)) / len(float_top))
+        same.append(len(set(got) & set(theirs)) / max(1, len(theirs)))
 
     # indexing: real descriptions, batches of 64, one thread; CPU seconds as well as wall seconds
     corpus = descriptions()
@@ -173,6 +204,14 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
         "query_p95": float(np.percentile(query_ms, 95)),
         "cpu_p50": float(np.percentile(query_cpu, 50)),
         "cpu_p95": float(np.percentile(query_cpu, 95)),
+        "index_mb": index_mb,
+        "means_mb": sum(m.nbytes for m in (passages.means, passages.second_means) if m is not None) / 2**20,
+        "float_means_mb": sum(m.nbytes for m in (floats.means, floats.second_means) if m is not None) / 2**20,
+        "before_p50": float(np.percentile(before_cpu, 50)),
+        "before_p95": float(np.percentile(before_cpu, 95)),
+        "kept": float(np.mean(kept)),
+        "kept_min": float(np.min(kept)),
+        "same": float(np.mean(same)),
         "legacy_p50": float(np.percentile(legacy_cpu, 50)),
         "legacy_p95": float(np.percentile(legacy_cpu, 95)),
         "shared": float(np.mean(shared)),
@@ -230,10 +269,23 @@ def main() -> int:
             f"{r['shared']:.3f} / {r['first']:.2f} | "
             f"{r['per_cpu_s']:.1f} ({r['per_wall_s']:.1f} wall) | {hours:.1f} |"
         )
+    print(
+        "\n| model | query incl. encode, means from codes (now), CPU ms | same, means in float32, CPU ms "
+        "| means MB, codes / float32 | index and passages, RSS MB | first step's candidates kept, mean / least "
+        "| top 20 shared with float32 means |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for m, r in rows.items():
+        print(
+            f"| {m} | {r['cpu_p50']:.1f} / {r['cpu_p95']:.1f} | {r['before_p50']:.1f} / {r['before_p95']:.1f} | "
+            f"{r['means_mb']:.0f} / {r['float_means_mb']:.0f} | {r['index_mb']:.0f} | "
+            f"{r['kept']:.4f} / {r['kept_min']:.4f} | {r['same']:.3f} |"
+        )
     for m, r in rows.items():
         print(
             f"{m}: query CPU p50 {r['cpu_p50'] / r['legacy_p50']:.2f}x, p95 {r['cpu_p95'] / r['legacy_p95']:.2f}x "
-            f"the numpy two steps; {r['cpu_p95'] / r['scan_p95']:.2f}x the exhaustive scan at p95"
+            f"the numpy two steps; {r['cpu_p50'] / r['before_p50']:.2f}x, {r['cpu_p95'] / r['before_p95']:.2f}x the "
+            f"float32 means; {r['cpu_p95'] / r['scan_p95']:.2f}x the exhaustive scan at p95"
         )
     if args.reference:
         a, b = rows[args.model], rows[args.reference]

@@ -24,6 +24,7 @@ import numpy as np
 from imagesvc.errors import Unavailable
 from imagesvc.search import text_models
 from imagesvc.search.glosses import LANGUAGES, english, glossary
+from imagesvc.search.products import MeanCodes, dot
 from imagesvc.search.spelling import english_word
 from imagesvc.search.vectors import VectorIndex, load_index, save_index
 
@@ -35,6 +36,7 @@ __all__ = [
     "TextIndexSummary",
     "TextModel",
     "dot",
+    "highest",
     "illustration_text",
     "passages",
     "run_text_index",
@@ -332,71 +334,6 @@ PREFILTER_FROM = 50_000  # illustrations from which a query is first scored agai
 CANDIDATES = 4_096  # illustrations whose passages are then scored one by one
 
 
-def _faiss() -> Any:
-    """faiss (a core dependency), imported on the first large product; ``None`` where it cannot load."""
-    global _faiss_module
-    if _faiss_module is None:
-        try:
-            import faiss
-
-            _faiss_module = faiss
-        except (ImportError, OSError) as exc:  # no build of its wheel for this platform: numpy's product instead
-            log.warning("faiss cannot load (%s): dense text scores use numpy's product", exc)
-            _faiss_module = False
-    return _faiss_module or None
-
-
-_faiss_module: Any = None
-
-
-def dot(matrix: np.ndarray, vector: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-    """``matrix @ vector`` (only ``rows`` of ``matrix``, in that order, when given), float32. A text query is one
-    vector against many rows, a product that memory bandwidth bounds: faiss's SIMD loop reads each row once and
-    takes ``rows`` in place, where numpy's BLAS ``gemv`` was 2 to 2.5 times slower on one core here and
-    ``matrix[rows]`` copies them first (docs/benchmarks.md). numpy where faiss cannot run or the layout differs."""
-    faiss = _faiss()
-    vector = np.ascontiguousarray(vector, np.float32)
-    usable = (
-        faiss is not None
-        and matrix.dtype == np.float32
-        and matrix.ndim == 2
-        and matrix.flags.c_contiguous
-        and vector.shape == (matrix.shape[1],)
-    )
-    if not usable:
-        return (matrix if rows is None else matrix[rows]) @ vector
-    if rows is None:
-        out = np.empty(matrix.shape[0], np.float32)
-        if len(out):
-            faiss.fvec_inner_products_ny(
-                faiss.swig_ptr(out), faiss.swig_ptr(vector), faiss.swig_ptr(matrix), matrix.shape[1], len(out)
-            )
-        return out
-    picked = np.ascontiguousarray(rows, np.int64)
-    if len(picked) and (picked.min() < 0 or picked.max() >= matrix.shape[0]):  # faiss reads without bounds checks
-        raise IndexError("row out of range")
-    out = np.empty(len(picked), np.float32)
-    if len(out):
-        # This product is an OpenMP loop over its one query: with faiss's default team (one thread per core) the
-        # other threads wait at its end spinning, which doubled its CPU time on 2 cores (docs/benchmarks.md). One
-        # thread for it, on this thread only (OpenMP's setting is per calling thread), then the setting as it was.
-        before = faiss.omp_get_max_threads()
-        faiss.omp_set_num_threads(1)
-        try:
-            faiss.fvec_inner_products_by_idx(
-                faiss.swig_ptr(out),
-                faiss.swig_ptr(vector),
-                faiss.swig_ptr(matrix),
-                faiss.swig_ptr(picked),
-                matrix.shape[1],
-                1,
-                len(out),
-            )
-        finally:
-            faiss.omp_set_num_threads(before)
-    return out
-
-
 def leading_directions(rows: np.ndarray, count: int, sample: int = 20_000) -> np.ndarray | None:
     """The ``count`` leading eigenvectors (columns) of ``rows``' second-moment matrix, from an even sample of at most
     ``sample`` of its finite rows: the directions that keep most of the rows' products with any vector. ``None``
@@ -412,26 +349,53 @@ def leading_directions(rows: np.ndarray, count: int, sample: int = 20_000) -> np
     return np.ascontiguousarray(vectors[:, ::-1][:, :count], np.float32)
 
 
+def highest(scores: np.ndarray, count: int) -> np.ndarray:
+    """The rows of the ``count`` highest ``scores``, in row order (more where several tie with the last; NaN never
+    among them). One partition of the values and one comparison: ``argpartition`` moved indices as well, then a
+    sort put them in order (2.2 ms of CPU at 200,000 rows against 1.3 here, docs/benchmarks.md)."""
+    missing = np.isnan(scores)
+    finite = len(scores) - int(np.count_nonzero(missing))
+    if count >= finite:
+        return np.flatnonzero(~missing)
+    if count <= 0:
+        return np.zeros(0, np.int64)
+    last = np.partition(scores, finite - count)[finite - count]  # NaN is placed after every number
+    return np.flatnonzero(scores >= last)
+
+
+Means = MeanCodes | np.ndarray  # one byte a value (the service), or float32 (``Passages.of(codes=False)``)
+
+
+def _mean_product(means: Means, vector: np.ndarray) -> np.ndarray:
+    return means.scores(vector) if isinstance(means, MeanCodes) else dot(means, vector)
+
+
 @dataclass(frozen=True)
 class Passages:
     """Which illustration each row of a text index belongs to: ``ids`` in index order, ``inverse`` row -> id. From
-    ``PREFILTER_FROM`` illustrations on, also each illustration's first row, row count and mean passage vector."""
+    ``PREFILTER_FROM`` illustrations on, also each illustration's first row, row count and mean passage vector,
+    kept in one byte a value (``MeanCodes``)."""
 
     ids: list[str]
     inverse: np.ndarray
     starts: np.ndarray | None = None
     counts: np.ndarray | None = None
-    means: np.ndarray | None = None
+    means: Means | None = None
     split: int = 0  # with two models' columns (``e5+use``): ``means`` holds the first's, ``second_means`` the other's
-    second_means: np.ndarray | None = None
+    second_means: Means | None = None
     second_basis: np.ndarray | None = None  # the directions ``second_means`` is kept in (``SECOND_DIRECTIONS``)
 
     @classmethod
     def of(
-        cls, index: VectorIndex, prefilter_from: int | None = None, split: int = 0, second_directions: int | None = None
+        cls,
+        index: VectorIndex,
+        prefilter_from: int | None = None,
+        split: int = 0,
+        second_directions: int | None = None,
+        codes: bool = True,
     ) -> Passages:
         """``prefilter_from`` defaults to ``PREFILTER_FROM``, ``second_directions`` to ``SECOND_DIRECTIONS``, as they
-        are when called."""
+        are when called. ``codes=False`` keeps the means in float32 (benchmarks that compare against them)."""
         where: dict[str, int] = {}
         inverse = np.fromiter((where.setdefault(i, len(where)) for i in index.ids), np.int64, len(index.ids))
         if len(where) < max(1, PREFILTER_FROM if prefilter_from is None else prefilter_from):
@@ -441,28 +405,32 @@ class Passages:
             return cls(list(where), inverse)
         counts = np.diff(np.r_[starts, len(inverse)])
         means = (np.add.reduceat(index.embeddings, starts, axis=0) / counts[:, None]).astype(np.float32)
+        store: Callable[[np.ndarray], Means] = MeanCodes if codes else np.ascontiguousarray
         if split:  # two contiguous blocks: a query part that is zero in one model's columns reads only the other's
-            first, second = np.ascontiguousarray(means[:, :split]), np.ascontiguousarray(means[:, split:])
+            first, second = means[:, :split], means[:, split:]
             keep = SECOND_DIRECTIONS if second_directions is None else second_directions
             basis = leading_directions(second, keep) if 0 < keep < second.shape[1] else None
             if basis is not None:
-                second = np.ascontiguousarray(second @ basis)
-            return cls(list(where), inverse, starts, counts, first, split, second, basis)
-        return cls(list(where), inverse, starts, counts, np.ascontiguousarray(means))
+                second = second @ basis
+            del means  # the float32 means go as each block is kept
+            return cls(list(where), inverse, starts, counts, store(first), split, store(second), basis)
+        return cls(list(where), inverse, starts, counts, store(means))
 
     def _mean_scores(self, vector: np.ndarray) -> np.ndarray:
         """Each illustration's mean passage vector with ``vector``."""
         assert self.means is not None
         if not self.split or self.second_means is None:
-            return dot(self.means, vector)
+            return _mean_product(self.means, vector)
         head, tail = vector[: self.split], vector[self.split :]
         if not tail.any():
-            return dot(self.means, np.ascontiguousarray(head))
+            return _mean_product(self.means, np.ascontiguousarray(head))
         if self.second_basis is not None:
             tail = tail @ self.second_basis
         if not head.any():
-            return dot(self.second_means, np.ascontiguousarray(tail))
-        return dot(self.means, np.ascontiguousarray(head)) + dot(self.second_means, np.ascontiguousarray(tail))
+            return _mean_product(self.second_means, np.ascontiguousarray(tail))
+        return _mean_product(self.means, np.ascontiguousarray(head)) + _mean_product(
+            self.second_means, np.ascontiguousarray(tail)
+        )
 
     def best(self, scores: np.ndarray) -> np.ndarray:
         """Per illustration, the best of its passages' ``scores``."""
@@ -473,8 +441,10 @@ class Passages:
     def score(self, embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
         """Per illustration, the best cosine of its passages with ``vector``. On a large index (``means`` set) only
         the ``CANDIDATES`` illustrations whose mean passage scores highest get their best passage; the others keep
-        that mean, which is never above their best: one product with a third of the rows instead of all of them
-        (docs/benchmarks.md), at the risk of missing an illustration with one close passage and two far ones."""
+        that mean, read from its one-byte codes: never above their best by more than the codes' error
+        (``MeanCodes.error``, about 1e-4 in practice and 0.01 at most for a unit query). One product with a
+        quarter of the means' float32 bytes and the candidates' rows instead of every passage (docs/benchmarks.md),
+        at the risk of missing an illustration with one close passage and two far ones."""
         return self.score_parts(embeddings, [vector])[0]
 
     def dense(self, embeddings: np.ndarray, vector: np.ndarray, info: text_models.ModelInfo) -> np.ndarray:
@@ -495,14 +465,13 @@ class Passages:
         if self.means is None or self.starts is None or self.counts is None:
             return [self.best(dot(embeddings, vector)) for vector in vectors]
         parts = [self._mean_scores(vector) for vector in vectors]
-        out = parts[0] if len(parts) == 1 else np.sum(parts, axis=0)
-        k = min(CANDIDATES, len(out))
-        top = np.sort(np.argpartition(-out, k - 1)[:k])
+        top = highest(parts[0] if len(parts) == 1 else np.sum(parts, axis=0), CANDIDATES)
         starts, counts = self.starts[top], self.counts[top]
         offsets = np.r_[0, np.cumsum(counts)[:-1]]
         rows = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
         for part, vector in zip(parts, vectors, strict=True):
-            part[top] = np.maximum.reduceat(dot(embeddings, vector, rows), offsets)
+            if len(top):
+                part[top] = np.maximum.reduceat(dot(embeddings, vector, rows), offsets)
         return parts
 
 
