@@ -135,3 +135,25 @@ def test_a_query_only_minilm_read_is_scored_on_minilms_cosines() -> None:
         want = [max(rows[n, 384:] @ query[384:] for n in (2 * k, 2 * k + 1)) for k in range(3)]
         assert np.allclose(scores, want, atol=1e-6), (scores, want)  # MiniLM's cosines are the common scale
         assert passages.ids[int(np.argmax(scores))] == "b"
+
+
+def test_a_large_pair_index_scores_each_models_part_from_its_own_columns() -> None:
+    """On a large index the candidates' passages of a query read by one model are read as half-width rows (its own
+    columns only): the scores are those of the whole rows, for either model and for both at once."""
+    info = text_models.model_info("e5+minilm")
+    rng = np.random.default_rng(11)
+    ids = [f"i{k}" for k in range(300) for _ in range(3)]
+    rows = rng.standard_normal((len(ids), 768)).astype(np.float32)
+    rows[:, :384] /= np.linalg.norm(rows[:, :384], axis=1, keepdims=True)
+    rows[:, 384:] /= np.linalg.norm(rows[:, 384:], axis=1, keepdims=True)
+    index = VectorIndex(ids, [""] * len(ids), rows, info.key)
+    large = Passages.of(index, prefilter_from=1, split=info.split, second_directions=0)
+    exact = Passages.of(index, prefilter_from=10**9, split=info.split)
+    for part in (slice(0, 384), slice(384, 768)):
+        vector = np.zeros(768, np.float32)
+        vector[part] = rows[400, part]
+        got, want = large.score(rows, vector), exact.score(rows, vector)
+        assert np.allclose(got, want, atol=1e-6)  # 300 illustrations: every one is a candidate, scored exactly
+        assert large.ids[int(np.argmax(got))] == ids[400]
+    both = rows[400] / np.sqrt(2)
+    assert np.allclose(large.score(rows, both), exact.score(rows, both), atol=1e-6)
