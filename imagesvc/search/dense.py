@@ -243,6 +243,18 @@ class TextIndexSummary:
         )
 
 
+def first_columns(index: VectorIndex, key: str, dims: int) -> VectorIndex | None:
+    """``index`` as a node running model ``key`` (``dims`` wide) may rank with it: itself when it is that model's;
+    the first model's columns when it is a pair's whose first model is ``key`` (``e5+minilm`` served by a node that
+    fell back to ``e5``: those columns are e5's own vectors); else ``None``. Nothing is embedded into such a view."""
+    if index.model_key == key:
+        return index
+    if not index.model_key.startswith(f"{key} + ") or index.dims <= dims:
+        return None
+    columns = np.ascontiguousarray(index.embeddings[:, :dims])
+    return VectorIndex(index.ids, index.hashes, columns, key, index.version, index.meta)
+
+
 class OtherModel(Unavailable):
     """The text index on disk was embedded by another model than this node's: ranking with it would compare vectors
     of two models, and re-embedding it all is a job for ``imagesvc index``, not for a serving worker."""
@@ -381,7 +393,7 @@ class Passages:
     starts: np.ndarray | None = None
     counts: np.ndarray | None = None
     means: Means | None = None
-    split: int = 0  # with two models' columns (``e5+use``): ``means`` holds the first's, ``second_means`` the other's
+    split: int = 0  # with two models' columns (``e5+minilm``, ``e5+use``): ``means`` the first's, ``second_means``
     second_means: Means | None = None
     second_basis: np.ndarray | None = None  # the directions ``second_means`` is kept in (``SECOND_DIRECTIONS``)
 
@@ -501,6 +513,15 @@ async def run_text_index(settings: Any, catalog: Any, *, full: bool = False) -> 
     if model.info is None:  # said at start-up and by `imagesvc doctor`; search stays keyword-only
         log.warning("text index not built: %s", model.note)
         return None
+    wanted = text_models.model_info(settings.text_model)
+    current = load_index(Path(settings.data_dir), TEXT_FOLDER)
+    if model.info.name != settings.text_model and current is not None and current.model_key == wanted.key:
+        # a fallback: re-embedding with it would replace the configured model's index for every node that reads it
+        raise Unavailable(
+            f"the text index is {wanted.key}'s, as configured, and this node cannot run it ({model.note}); "
+            "it was left as it is",
+            recovery=[f"Install what is missing here, then run `imagesvc index` ({model.note})."],
+        )
     await asyncio.to_thread(model.load)
     _, summary = await asyncio.to_thread(sync_text_index, Path(settings.data_dir), rows, model, full=full)
     return summary

@@ -16,7 +16,16 @@ import numpy as np
 
 from imagesvc.catalog.reader import reader
 from imagesvc.errors import ImagesvcError
-from imagesvc.search.dense import TEXT_FOLDER, OtherModel, Passages, StaleWork, TextModel, sync_text_index, text_rows
+from imagesvc.search.dense import (
+    TEXT_FOLDER,
+    OtherModel,
+    Passages,
+    StaleWork,
+    TextModel,
+    first_columns,
+    sync_text_index,
+    text_rows,
+)
 from imagesvc.search.glosses import glossary
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
@@ -205,18 +214,38 @@ class DenseText:
         index = load_index(folder, TEXT_FOLDER)
         if index is None:
             raise IndexCorrupt(f"the published text index in {folder} has no current.json")
-        if index.model_key != self.model.key:
+        usable = self._usable(index)
+        if usable is None:
             raise OtherModel(
                 f"the published text index was embedded by {index.model_key}, and this node runs {self.model.key}",
                 recovery=["Run `imagesvc index` with this node's IMAGESVC_TEXT_MODEL (docs/search.md)."],
             )
-        return index, self._passages(index)
+        return usable, self._passages(usable)
+
+    def _usable(self, index: VectorIndex) -> VectorIndex | None:
+        """``index`` as this node ranks with it (``first_columns``); a pair's index served by a node that fell back
+        to its first model is said once in the log."""
+        assert self.model is not None and self.model.info is not None
+        usable = first_columns(index, self.model.key, self.model.info.dims)
+        if usable is not None and usable is not index:
+            log.warning(
+                "text index of %s ranked with its first model's columns: %s; new illustrations are not embedded "
+                "here until it can run",
+                index.model_key,
+                self.model.note,
+            )
+        return usable
 
     def _load(self) -> tuple[VectorIndex, Passages]:
         assert self.model is not None
         with reader(self.catalog) as source:
             rows = text_rows(source)
         self.model.load()
+        indexed = self._indexed_model()
+        current = load_index(self.data_dir, TEXT_FOLDER) if indexed and indexed != self.model.key else None
+        usable = self._usable(current) if current is not None else None
+        if usable is not None:  # a fallback node: the pair's index, read-only, with its own model's columns
+            return usable, self._passages(usable)
         # never re-embed another model's index here (that is `imagesvc index`'s work), never rank with it either
         index, summary = sync_text_index(
             self.data_dir, rows, self.model, replace_other=False, still_wanted=lambda: not self.closed
@@ -243,4 +272,7 @@ class DenseText:
         text = " ".join(text.split())  # the key is the text encoded: the model reads case, so the key keeps it
         vector = self.cache.vector("dense:" + text, lambda: model.query(text))
         assert model.info is not None
+        if not np.isfinite(vector).all():  # damaged weights: the keyword hits must survive, unfused with NaN
+            log.error("text model %s gave a non-finite vector for a query: dense ranking skipped", model.key)
+            return None
         return state[1].ids, state[1].dense(state[0].embeddings, vector, model.info)

@@ -590,24 +590,31 @@ whose what is are was were be as"""
 ENGLISH_FUNCTION_WORDS = frozenset(_ENGLISH_FUNCTION_WORDS.split())
 
 
+# Dutch and Portuguese articles and prepositions ("slang om een boom", "do mar"): their whole stopword lists hold
+# English words ("men", "door", "want"), so only these
+_DUTCH_PORTUGUESE_WORDS = "een het van met om naar bij uit voor zijn um uma com do da dos das na em pelo pela"
+_DUTCH_PORTUGUESE = frozenset(_DUTCH_PORTUGUESE_WORDS.split())
+
+
 @functools.cache
 def _foreign_function_words() -> frozenset[str]:
     """Function words of German, French, Italian, Spanish and Latin that English has none of ("der", "qui", "che")."""
-    words = set().union(*(_stopwords(code) for code in ("de", "fr", "it", "es", "la")))
+    words = set().union(*(_stopwords(code) for code in ("de", "fr", "it", "es", "la")), _DUTCH_PORTUGUESE)
     return frozenset(words - ENGLISH_FUNCTION_WORDS)
 
 
 def english(query: str) -> bool:
     """Whether a query reads as English: in Latin letters, with fewer function words of German, French, Italian,
-    Spanish or Latin than of English (none, when it has no English ones), an English function word or a common English
-    word, and at least ``ENGLISH_SHARE`` of its words in the English word list (``spelling``)."""
+    Spanish, Latin, Dutch or Portuguese, or words with letters English does not write ("hält", "mão"), than English
+    function words (none, when it has no English ones), an English function word or a common English word, and at
+    least ``ENGLISH_SHARE`` of its words in the English word list (``spelling``)."""
     from imagesvc.search.spelling import english_frequency, english_word
 
     query = unicodedata.normalize("NFKC", query)
     if language_of(query) != "la":
         return False
     words = [w.casefold() for w in _WORD.findall(_POSSESSIVE.sub("", query))[:32]]
-    foreign = sum(1 for w in words if w in _foreign_function_words())
+    foreign = sum(1 for w in words if w in _foreign_function_words() or (not w.isascii() and not english_word(w)))
     own = sum(1 for w in words if w in ENGLISH_FUNCTION_WORDS)
     if foreign and (not own or foreign > own):  # "digging for ore", "mine shaft with ladders" are English
         return False

