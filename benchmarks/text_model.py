@@ -127,9 +127,10 @@ def measure(name: str, n: int, count: int, index_texts: int, glossed: bool = Fal
     raw = replace(info, shift=0.0, span=span, second_shift=0.0, second_span=span)
 
     def numpy_scan(embeddings: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        if info.split:  # each model's best passage, then their weighted mean, as ``dense`` below
-            one = scan.best(embeddings[:, : info.split] @ vector[: info.split])
-            two = scan.best(embeddings[:, info.split :] @ vector[info.split :])
+        if info.split:  # each model's best passage that the query has a part for, as ``dense`` below
+            head, tail = vector[: info.split], vector[info.split :]
+            one = scan.best(embeddings[:, : info.split] @ head) if head.any() else None
+            two = scan.best(embeddings[:, info.split :] @ tail) if tail.any() else None
             return raw.common(one, two)
         return scan.best(embeddings @ vector)
 
