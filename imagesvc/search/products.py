@@ -107,8 +107,26 @@ class MeanCodes:
         self._quantiser: Any = None
         faiss = _faiss() if with_faiss else None
         if faiss is not None:  # [0, 1] is every column's range in the codes: trained on it, it reads them as made
-            self._quantiser = faiss.ScalarQuantizer(rows.shape[1], faiss.ScalarQuantizer.QT_8bit_uniform)
-            self._quantiser.train(np.array([np.zeros(rows.shape[1]), np.ones(rows.shape[1])], np.float32))
+            quantiser = faiss.ScalarQuantizer(rows.shape[1], faiss.ScalarQuantizer.QT_8bit_uniform)
+            quantiser.train(np.array([np.zeros(rows.shape[1]), np.ones(rows.shape[1])], np.float32))
+            self._quantiser = self._checked(quantiser)
+
+    def _checked(self, quantiser: Any) -> Any:
+        """``quantiser`` if faiss's code scanner (a lower layer than its index API) reads a probe of these codes as
+        numpy's decode does; else ``None``, logged, and numpy reads them: a faiss whose scanner changed costs speed,
+        never a wrong score or a failed search."""
+        probe = self.codes[:64]
+        weighted = np.linspace(-1, 1, self.shape[1], dtype=np.float32)
+        try:
+            got = self._faiss_scores(quantiser, weighted, probe)
+        except Exception as exc:  # an API that moved: AttributeError, TypeError, SWIG's own errors
+            log.warning("faiss's scalar-quantiser scanner cannot be used (%s): the means are read by numpy", exc)
+            return None
+        want = self._numpy_scores(weighted, probe)
+        if got.shape != want.shape or not np.allclose(got, want, atol=1e-4, equal_nan=True):
+            log.warning("faiss's scalar-quantiser scanner reads the codes otherwise: the means are read by numpy")
+            return None
+        return quantiser
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -136,25 +154,30 @@ class MeanCodes:
         # row . v = low . v + sum((code + 0.5) / 255 * width * v): the codes' part is a product with width * v
         weighted = vector * self.width
         quantiser = self._quantiser
-        out = self._faiss_scores(quantiser, weighted) if quantiser is not None else self._numpy_scores(weighted)
+        if quantiser is not None:
+            out = self._faiss_scores(quantiser, weighted, self.codes)
+        else:
+            out = self._numpy_scores(weighted, self.codes)
         out += np.float32(self.low.astype(np.float64) @ vector)
         out[self.damaged] = np.nan
         return out
 
-    def _numpy_scores(self, weighted: np.ndarray) -> np.ndarray:
-        out = np.empty(len(self), np.float32)
+    @staticmethod
+    def _numpy_scores(weighted: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        out = np.empty(len(codes), np.float32)
         half = np.float32(0.5 * weighted.sum())
         for start in range(0, len(out), _DECODED):
-            out[start : start + _DECODED] = self.codes[start : start + _DECODED].astype(np.float32) @ weighted + half
+            out[start : start + _DECODED] = codes[start : start + _DECODED].astype(np.float32) @ weighted + half
         out /= np.float32(LEVELS)
         return out
 
-    def _faiss_scores(self, quantiser: Any, weighted: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _faiss_scores(quantiser: Any, weighted: np.ndarray, codes: np.ndarray) -> np.ndarray:
         """faiss's scanner of scalar-quantised codes over every row, asked for each row above -inf: every finite
         product, in row order. Its k-nearest search would sort all rows in a heap (31 to 64 ms at 200,000); this
         pass collects them as it goes."""
         faiss = _faiss()
-        n = len(self)
+        n = len(codes)
         if not n:
             return np.empty(0, np.float32)
         # the scanner reads ``quantiser``, which this frame holds until it is done
@@ -165,7 +188,7 @@ class MeanCodes:
         partial = faiss.RangeSearchPartialResult(result)
         found = partial.new_result(0)
         no_ids = np.empty(0, np.int64)  # with store_pairs the scanner names each row by its position, not by ids
-        scanner.scan_codes_range(n, faiss.swig_ptr(self.codes), faiss.swig_ptr(no_ids), float("-inf"), found)
+        scanner.scan_codes_range(n, faiss.swig_ptr(codes), faiss.swig_ptr(no_ids), float("-inf"), found)
         count = int(found.nres)
         labels, values = np.empty(count, np.int64), np.empty(count, np.float32)
         partial.copy_range(0, count, faiss.swig_ptr(labels), faiss.swig_ptr(values))

@@ -91,3 +91,25 @@ def test_the_clearly_best_illustration_is_always_a_candidate_and_scored_exactly(
         exact = Passages.of(index, prefilter_from=10**9).score(matrix, query)
         quick = near.score(matrix, query)
         assert int(np.argmax(quick)) == target and quick[target] == exact[target]
+
+
+@pytest.mark.parametrize("change", ["gone", "reads otherwise"])
+def test_a_faiss_whose_scanner_changed_is_not_used_and_costs_no_score(
+    monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """The scanner is a lower layer of faiss than its index API: a release that removed it, or reads the codes
+    otherwise, is found by a probe when the codes are built; numpy reads them then, within the same error."""
+    pytest.importorskip("faiss")
+
+    def changed(quantiser: object, weighted: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        if change == "gone":
+            raise AttributeError("'ScalarQuantizer' object has no attribute 'select_InvertedListScanner'")
+        return np.zeros(len(codes), np.float32)
+
+    monkeypatch.setattr(MeanCodes, "_faiss_scores", staticmethod(changed))
+    rng = np.random.default_rng(41)
+    means = unit_rows(rng, 2_000, 384)
+    codes = MeanCodes(means)
+    assert codes._quantiser is None
+    query = unit_rows(rng, 1, 384)[0]
+    assert np.abs(codes.scores(query) - means @ query).max() <= codes.error(query)
