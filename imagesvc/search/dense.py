@@ -23,7 +23,7 @@ import numpy as np
 
 from imagesvc.errors import Unavailable
 from imagesvc.search import text_models
-from imagesvc.search.glosses import LANGUAGES, english, glossary
+from imagesvc.search.glosses import LANGUAGES, Gloss, english, glossary
 from imagesvc.search.products import MeanCodes, dot
 from imagesvc.search.spelling import english_word
 from imagesvc.search.vectors import VectorIndex, load_index, save_index
@@ -162,7 +162,7 @@ class TextModel:
         self.load()
         assert self._model is not None
         assert self.info is not None
-        found = glossary().gloss(text, self.glossed)
+        found = self.gloss(text)
         if found is None:
             return self._unglossed(text)
         split = self.info.split or self.info.dims
@@ -176,6 +176,15 @@ class TextModel:
         blended = both[0] + np.float32(GLOSS_WEIGHT[found.language]) * both[1]
         out[:split] = blended / max(float(np.linalg.norm(blended)), 1e-12)
         return out
+
+    def gloss(self, text: str) -> Gloss | None:
+        """How a dictionary reads ``text`` for this model (``glossed``), or ``None``: an English query whose every
+        word the dictionary knew is an English word too ("flowers in a vase", "a cross") is English, not Latin or
+        Italian, and is not glossed ("vessel", "motocross")."""
+        found = glossary().gloss(text, self.glossed)
+        if found is not None and english(text) and all(english_word(w) for w in found.known):
+            return None
+        return found
 
     def _unglossed(self, text: str) -> np.ndarray:
         """The vector of a query no dictionary glossed. With ``e5+minilm``, MiniLM reads it only if it is English

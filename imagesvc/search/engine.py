@@ -33,7 +33,7 @@ from imagesvc.search.dense import (
 )
 from imagesvc.search.dense_signal import DenseText, QueryCache
 from imagesvc.search.fusion import fuse
-from imagesvc.search.glosses import Gloss, glossary
+from imagesvc.search.glosses import Gloss
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.keyword_cache import KeywordCache
 from imagesvc.search.page_cuts import prepared
@@ -346,7 +346,7 @@ class SearchEngine:
         a Latin or Hebrew dictionary knows, one of those ("ligone" is a Latin hoe, not a misspelt "line")."""
         assert self.text_model is not None
         is_word = self.text_model.is_common_word
-        found = glossary().gloss(text, self.text_model.glossed)
+        found = self.text_model.gloss(text)
         if found is None or len(found.known) < 2:  # a lone word ("serpant") is corrected as any other: no context
             return is_word
         return lambda word: word.casefold() in found.known or is_word(word)
@@ -421,8 +421,7 @@ class SearchEngine:
             if found:
                 fts = dict(zip(map(snap.table.ids.__getitem__, rows.tolist()), scores.tolist(), strict=True))
                 fused, dense = fuse(found[0], found[1], fts)
-                glossed = self.text_model.glossed if self.text_model is not None else ()
-                read = glossary().gloss(text, glossed)  # as the query's vector read it (~0.2 ms)
+                read = self.text_model.gloss(text) if self.text_model is not None else None  # as the vector read it
                 return self._run(snap, q, fused), dense, fts, read
             ranked = self._run(snap, q, (rows, scores))  # keyword only: the scores as they are, no dict of them
             by_row = dict(zip(rows.tolist(), scores.tolist(), strict=True)) if ranked.rows else {}

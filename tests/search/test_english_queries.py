@@ -163,3 +163,21 @@ def test_a_large_pair_index_scores_each_models_part_from_its_own_columns() -> No
         assert large.ids[int(np.argmax(got))] == ids[400]
     both = rows[400] / np.sqrt(2)
     assert np.allclose(large.score(rows, both), exact.score(rows, both), atol=1e-6)
+
+
+@pytest.mark.parametrize("query", ["in a garden", "a cross", "flowers in a vase", "plant in pot"])
+def test_english_words_a_latin_or_italian_dictionary_also_has_are_read_as_english(pair: TextModel, query: str) -> None:
+    """Each word here is a Latin or Italian form too ("vase", "cross", "pot"): the dictionaries read them as
+    "vessel", "motocross", "multiply by X obtain". An English query whose every such word is English is not glossed,
+    on the vector's side and on what the response says alike (``TextModel.gloss``), and MiniLM reads it."""
+    assert pair.gloss(query) is None
+    vector = pair.query(query)
+    assert not vector[:384].any() and vector[384:].any()
+
+
+@pytest.mark.parametrize(
+    "query", ["draco caudam suam devorans", "caelum supra, tellus infra, in orbe", "serpente che si morde la coda"]
+)
+def test_latin_and_italian_keep_their_gloss(pair: TextModel, query: str) -> None:
+    found = pair.gloss(query)
+    assert found is not None and found.language in ("la", "it")
