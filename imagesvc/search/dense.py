@@ -26,7 +26,7 @@ from imagesvc.search import text_models
 from imagesvc.search.glosses import LANGUAGES, Gloss, english, glossary
 from imagesvc.search.products import MeanCodes, dot
 from imagesvc.search.spelling import english_word
-from imagesvc.search.vectors import VectorIndex, load_index, save_index
+from imagesvc.search.vectors import VectorIndex, indexed_model, load_index, save_index
 
 __all__ = [
     "TEXT_FOLDER",
@@ -523,8 +523,8 @@ async def run_text_index(settings: Any, catalog: Any, *, full: bool = False) -> 
         log.warning("text index not built: %s", model.note)
         return None
     wanted = text_models.model_info(settings.text_model)
-    current = load_index(Path(settings.data_dir), TEXT_FOLDER)
-    if model.info.name != settings.text_model and current is not None and current.model_key == wanted.key:
+    current = indexed_model(Path(settings.data_dir), TEXT_FOLDER)  # its pointer: the index itself is read once, below
+    if model.info.name != settings.text_model and current == wanted.key:
         # a fallback: re-embedding with it would replace the configured model's index for every node that reads it
         raise Unavailable(
             f"the text index is {wanted.key}'s, as configured, and this node cannot run it ({model.note}); "

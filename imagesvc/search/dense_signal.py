@@ -4,7 +4,6 @@ and the query-vector cache that worker threads share."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 from collections import OrderedDict
@@ -29,7 +28,7 @@ from imagesvc.search.dense import (
 from imagesvc.search.glosses import glossary
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
-from imagesvc.search.vectors import VectorIndex, load_index
+from imagesvc.search.vectors import VectorIndex, indexed_model, load_index
 
 __all__ = ["DenseText", "QueryCache"]
 
@@ -97,10 +96,7 @@ class DenseText:
         if self._published():
             row = self.follower.row() if self.follower is not None else None
             return row["model"] if row else None
-        try:
-            return json.loads((self.data_dir / TEXT_FOLDER / "current.json").read_text()).get("model")
-        except (OSError, ValueError):
-            return None
+        return indexed_model(self.data_dir, TEXT_FOLDER)
 
     @property
     def on(self) -> bool:

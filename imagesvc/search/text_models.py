@@ -138,10 +138,18 @@ def model_info(name: str) -> ModelInfo:
         first, second = (model_info(part) for part in PAIRS[name])
         key = f"{first.key} + {second.key}"
         dims = first.dims + second.dims  # e5's scale is the pair's; the second's columns are mapped by their own
-        if name == "e5+minilm":
-            second_part: tuple[float, float, float] = (ENGLISH_WEIGHT, second.shift, second.span)
-            return ModelInfo(name, key, dims, first.shift, first.span, first.dims, *second_part, True, 0)
-        return ModelInfo(name, key, dims, first.shift, first.span, first.dims, SECOND_WEIGHT, *SECOND_SCALE)
+        common = {"name": name, "key": key, "dims": dims, "shift": first.shift, "span": first.span, "split": first.dims}
+        if name == "e5+minilm":  # MiniLM's cosines on their own scale, for English queries only, its means whole
+            return ModelInfo(
+                **common,
+                second_weight=ENGLISH_WEIGHT,
+                second_shift=second.shift,
+                second_span=second.span,
+                english_only=True,
+                second_directions=0,
+            )
+        shift, span = SECOND_SCALE
+        return ModelInfo(**common, second_weight=SECOND_WEIGHT, second_shift=shift, second_span=span)
     try:
         version = importlib.metadata.version(_PACKAGE[name])
     except importlib.metadata.PackageNotFoundError:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["VectorIndex", "load_index", "save_index", "top_k"]
+__all__ = ["VectorIndex", "indexed_model", "load_index", "save_index", "top_k"]
 
 KEEP_VERSIONS = 2  # the live index and the one before it (a reader may still be loading it)
 
@@ -96,6 +96,17 @@ def _read_current(folder: Path) -> dict[str, Any] | None:
         return json.loads((folder / "current.json").read_text())
     except FileNotFoundError:
         return None
+
+
+def indexed_model(data_dir: Path, name: str = "vectors") -> str | None:
+    """The model key the current index in folder ``name`` was embedded by (``current.json`` alone: no array is
+    read), or ``None`` without one or with an unreadable pointer."""
+    try:
+        pointer = _read_current(_folder(data_dir, name))
+    except (OSError, ValueError):
+        return None
+    model = pointer.get("model") if isinstance(pointer, dict) else None
+    return model if isinstance(model, str) else None
 
 
 def load_index(data_dir: Path, name: str = "vectors") -> VectorIndex | None:
