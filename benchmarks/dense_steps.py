@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.search import synthetic  # noqa: E402
 from benchmarks.text_model import rss_mb  # noqa: E402
 from imagesvc.search.dense import CANDIDATES, Passages, dot, highest  # noqa: E402
-from imagesvc.search.fusion import fuse  # noqa: E402
+from imagesvc.search.fusion import fuse_rows  # noqa: E402
 from imagesvc.search.ranking import Query, rank  # noqa: E402
 from imagesvc.search.vectors import VectorIndex  # noqa: E402
 
@@ -43,8 +43,11 @@ def argpartition_top(scores: np.ndarray, count: int) -> np.ndarray:
     return np.sort(np.argpartition(-scores, count - 1)[:count])
 
 
-def steps(p: Passages, table, embeddings: np.ndarray, vector: np.ndarray, choose: Callable) -> dict[str, float]:
-    """``Passages.score_parts`` for one vector, then fusion and ranking, each step's CPU ms."""
+def steps(
+    p: Passages, table, table_rows: np.ndarray, embeddings: np.ndarray, vector: np.ndarray, choose: Callable
+) -> dict[str, float]:
+    """``Passages.score_parts`` for one vector, then fusion and ranking, each step's CPU ms (``table_rows``: the
+    table row of each illustration of ``p``, worked out once, as the engine keeps it)."""
     assert p.means is not None and p.starts is not None and p.counts is not None
     out: dict[str, float] = {}
     c = time.process_time()
@@ -67,9 +70,9 @@ def steps(p: Passages, table, embeddings: np.ndarray, vector: np.ndarray, choose
     tick("their passages' product")
     scores[top] = np.maximum.reduceat(products, offsets)
     tick("best per candidate")
-    fused, _ = fuse(p.ids, scores, {})
+    fused = fuse_rows(len(table), table_rows, scores, np.zeros(0, np.int64), np.zeros(0))
     tick("fuse")
-    rank(table, Query(max_per_book=3, limit=20), None, None, fused)
+    rank(table, Query(max_per_book=3, limit=20), None, None, (fused.rows, fused.scores))
     tick("rank")
     return out
 
@@ -104,12 +107,13 @@ def main() -> int:
         "codes, highest (now)": (coded, highest),
         "float32, argpartition (before)": (floats, argpartition_top),
     }
+    table_rows = table.rows_of(coded.ids, len(coded.ids))
     taken: dict[str, dict[str, list[float]]] = {name: {} for name in paths}
     whole: dict[str, list[float]] = {"codes (now)": [], "float32 (before)": []}
     kept = []
     for k, vector in enumerate(queries):  # in turns, so a load swing on a shared host falls on every row alike
         for name, (p, choose) in paths.items():
-            for step, ms in steps(p, table, index.embeddings, vector, choose).items():
+            for step, ms in steps(p, table, table_rows, index.embeddings, vector, choose).items():
                 taken[name].setdefault(step, []).append(ms)
         for name, p in zip(whole, (coded, floats), strict=True):
             c = time.process_time()

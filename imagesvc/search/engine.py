@@ -32,7 +32,7 @@ from imagesvc.search.dense import (
     text_rows,
 )
 from imagesvc.search.dense_signal import DenseText, QueryCache
-from imagesvc.search.fusion import fuse
+from imagesvc.search.fusion import fuse_rows
 from imagesvc.search.glosses import Gloss
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.keyword_cache import KeywordCache
@@ -88,6 +88,7 @@ class SearchEngine:
         on = getattr(settings, "text_model", "off") != "off"
         self.text_model = text_model or (shared_model(settings.text_model) if on else None)
         self._data_dir = Path(data_dir or settings.data_dir)  # where the vector indexes are read from
+        self._rows_of_dense: tuple[GalleryTable, list[str], np.ndarray] | None = None  # ``_dense_rows``
         # Snapshot state: read and written by the event loop only.
         self._snap: SearchSnapshot | None = None
         self._job: asyncio.Future[SearchSnapshot] | None = None
@@ -330,6 +331,14 @@ class SearchEngine:
             vector = self._text_vector(q.text)
         return rank(table, q, snap.matrix if vector is not None else None, vector, text_scores)
 
+    def _dense_rows(self, table: GalleryTable, ids: list[str]) -> np.ndarray:
+        """The table row of each illustration of the dense index (-1: one the table lacks), kept while the table and
+        the index stay the ones it was worked out for."""
+        known = self._rows_of_dense
+        if known is None or known[0] is not table or known[1] is not ids:
+            known = self._rows_of_dense = (table, ids, table.rows_of(ids, len(ids)))
+        return known[2]
+
     def excluded(self, terms: tuple[str, ...]) -> frozenset[str]:
         """Ids of illustrations whose text matches any of ``terms`` as keywords (negative query terms)."""
         out: set[str] = set()
@@ -418,15 +427,21 @@ class SearchEngine:
         def work() -> tuple[Ranked, dict[str, float], dict[str, float], Gloss | None]:
             rows, scores = cached if cached is not None else self.keywords.get(snap.generation, text, matches)
             found = self.dense.scores(text) if use_dense else None
+            fused = None
             if found:
-                fts = dict(zip(map(snap.table.ids.__getitem__, rows.tolist()), scores.tolist(), strict=True))
-                fused, dense = fuse(found[0], found[1], fts)
-                read = self.text_model.gloss(text) if self.text_model is not None else None  # as the vector read it
-                return self._run(snap, q, fused), dense, fts, read
-            ranked = self._run(snap, q, (rows, scores))  # keyword only: the scores as they are, no dict of them
+                table = snap.table
+                fused = fuse_rows(len(table), self._dense_rows(table, found[0]), found[1], rows, scores)
+                ranked = self._run(snap, q, (fused.rows, fused.scores))
+            else:
+                ranked = self._run(snap, q, (rows, scores))  # keyword only: the scores as they are
+            # each signal's score of the page's results only (a dict of every match would cost more than the ranking)
             by_row = dict(zip(rows.tolist(), scores.tolist(), strict=True)) if ranked.rows else {}
             shown = {snap.table.ids[r]: by_row[r] for r in ranked.rows if r in by_row}
-            return ranked, {}, shown, None
+            if fused is None:
+                return ranked, {}, shown, None
+            dense = {snap.table.ids[r]: c for r in ranked.rows if (c := fused.dense_of(r)) is not None}
+            read = self.text_model.gloss(text) if self.text_model is not None else None  # as the vector read it
+            return ranked, dense, shown, read
 
         ranked, dense, fts, read = await asyncio.to_thread(work)
         signals = [s for s in self.signals(snap) if s != "dense-text" or use_dense]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from imagesvc.search.fusion import DENSE_FLOOR, W_FTS, fuse, parse_query
+from imagesvc.search.fusion import DENSE_FLOOR, W_FTS, fuse_rows, parse_query
 from imagesvc.search.ranking import NO_YEAR, TEXT_WEIGHT, GalleryTable, Query, rank
 
 
@@ -28,17 +28,35 @@ def small() -> tuple[GalleryTable, np.ndarray]:
     return t, np.eye(3, dtype=np.float32)[np.arange(6) % 3]
 
 
+def _fuse(ids: list[str], dense: np.ndarray, fts: dict[str, float], table: list[str]) -> tuple[dict, dict]:
+    """``fuse_rows`` over a table of ``table`` ids, read back as ``({id: fused}, {id: dense cosine})``."""
+    where = {iid: n for n, iid in enumerate(table)}
+    rows = np.array([where.get(iid, -1) for iid in ids], np.int64)
+    hits = [iid for iid in fts if iid in where]
+    fused = fuse_rows(
+        len(table), rows, dense, np.array([where[i] for i in hits], np.int64), np.array([fts[i] for i in hits])
+    )
+    return (
+        {table[r]: float(s) for r, s in zip(fused.rows.tolist(), fused.scores.tolist(), strict=True)},
+        {table[r]: c for r in fused.rows.tolist() if (c := fused.dense_of(r)) is not None},
+    )
+
+
 def test_fuse_adds_the_weighted_keyword_score_to_the_cosine() -> None:
-    ids = ["x", "y", "z", "w"]
-    dense = np.array([0.6, 0.3, 0.1, 0.12], np.float32)
-    fused, cos = fuse(ids, dense, {"y": 1.0, "z": 0.5, "new": 0.5})
+    ids = ["x", "y", "z", "w", "gone"]
+    dense = np.array([0.6, 0.3, 0.1, 0.12, 0.9], np.float32)
+    table = ["x", "y", "z", "w", "new", "other"]  # "gone" is in the dense index, not in the table
+    fused, cos = _fuse(ids, dense, {"y": 1.0, "z": 0.5, "new": 0.5}, table)
     assert fused == pytest.approx({"x": 0.6, "y": 0.3 + W_FTS, "z": 0.1 + W_FTS * 0.5, "new": W_FTS * 0.5})
-    # w is under the dense floor with no keyword match: not a result at all; z is one, through its keyword.
-    assert "w" not in fused and set(cos) == {"x", "y", "z"} and DENSE_FLOOR > 0.12
+    # w is under the dense floor with no keyword match: not a result at all; z is one, through its keyword; new has
+    # no dense score (a keyword match the text index has no row for yet); gone is no row of the table
+    assert "w" not in fused and cos == pytest.approx({"x": 0.6, "y": 0.3, "z": 0.1}) and DENSE_FLOOR > 0.12
 
 
-def test_fuse_without_dense_scores_is_the_keyword_ranking() -> None:
-    assert fuse([], None, {"a": 1.0, "b": 0.25}) == ({"a": 1.0, "b": 0.25}, {})
+def test_with_no_dense_score_over_the_floor_the_keyword_matches_are_the_results() -> None:
+    table = ["a", "b", "c"]
+    fused, cos = _fuse(["a", "b", "c"], np.full(3, 0.01, np.float32), {"a": 1.0, "b": 0.25}, table)
+    assert fused == pytest.approx({"a": 0.01 + W_FTS, "b": 0.01 + W_FTS * 0.25}) and set(cos) == {"a", "b"}
 
 
 def test_negative_terms_are_split_off() -> None:
@@ -98,7 +116,7 @@ def test_each_filter_narrows_ranked_and_unranked_results(query: Query, rows: lis
 
 
 def fuse_by_hand(ids: list[str], dense: np.ndarray, fts: dict[str, float]) -> tuple[dict, dict]:
-    """``fuse`` written as its docstring reads, one id at a time."""
+    """Fusion written as ``fuse_rows``'s docstring reads, one id at a time."""
     cos: dict[str, float] = {}
     for n, iid in enumerate(ids):
         if dense[n] >= DENSE_FLOOR:
@@ -120,9 +138,14 @@ def test_fuse_matches_a_plain_loop_to_the_last_bit(seed: int) -> None:
     dense[rng.choice(len(ids), 100)] = DENSE_FLOOR  # exactly at the floor: kept
     picked = rng.choice(len(ids), 400, replace=False)
     fts = {ids[n]: float(rng.choice([1.0, 0.5, rng.random()])) for n in picked} | {"new-1:0": 0.75}
-    for _ in range(2):  # the second call reuses the id positions of the first
-        fused, cos = fuse(ids, dense, fts)
-        want = fuse_by_hand(ids, dense, fts)
-        assert list(fused.items()) == list(want[0].items()) and list(cos.items()) == list(want[1].items())
-    other = ids[::-1]  # another index's ids: positions are not reused
-    assert list(fuse(other, dense, fts)[1].items()) == list(fuse_by_hand(other, dense, fts)[1].items())
+    table = [*rng.permutation(ids).tolist(), "new-1:0"]  # the table's order is not the dense index's
+    fused, cos = _fuse(ids, dense, fts, table)
+    want = fuse_by_hand(ids, dense, fts)
+    assert fused == want[0] and cos == want[1]  # every value equal, not approximately
+
+
+def test_an_engine_page_reports_each_result_s_dense_and_keyword_scores_only() -> None:
+    """``Fused.dense_of``: a row that is not a result has no dense score to show, even where the index has one."""
+    fused = fuse_rows(3, np.array([0, 1, 2]), np.array([0.5, 0.01, 0.02], np.float32), np.array([2]), np.array([1.0]))
+    assert fused.rows.tolist() == [0, 2] and fused.dense_of(1) is None
+    assert fused.dense_of(0) == pytest.approx(0.5) and fused.dense_of(2) == pytest.approx(0.02)
