@@ -73,14 +73,17 @@ def fuse_rows(size: int, rows: np.ndarray, dense: np.ndarray, hit_rows: np.ndarr
     dense index's illustrations, ``rows`` the table row of each (-1 for one the table lacks); ``hit_rows`` and
     ``hit_scores`` are the keyword matches. A result is a keyword match, or a cosine of at least ``DENSE_FLOOR``; a
     match the dense index lacks scores its keyword part alone. Arrays, not dicts: at 200,000 illustrations e5's
-    cosines put a large share of them over the floor, and a dict of each would cost more than the ranking."""
-    cosine = np.full(size, np.nan)
+    cosines put most of them over the floor, and a dict of each cost more than the ranking. The scores are float32,
+    as ``rank`` reads them; a match's sum is taken in float64 first."""
+    cosine = np.full(size, np.nan, np.float32)
     known = rows >= 0
     cosine[rows[known]] = dense[known]
-    keyword = np.zeros(size)
-    keyword[hit_rows] = hit_scores
     result = cosine >= DENSE_FLOOR  # NaN: False
     result[hit_rows] = True
     out = np.flatnonzero(result)
-    base = cosine[out]
-    return Fused(out, np.where(np.isnan(base), 0.0, base) + W_FTS * keyword[out], cosine, result)
+    scores = cosine[out]
+    if len(hit_rows):  # the matches, few beside the rest: their sums one by one
+        base = cosine[hit_rows].astype(np.float64)
+        sums = np.where(np.isnan(base), 0.0, base) + W_FTS * np.asarray(hit_scores, np.float64)
+        scores[np.searchsorted(out, hit_rows)] = sums
+    return Fused(out, scores, cosine, result)

@@ -174,8 +174,9 @@ def page_positions(cand: np.ndarray, books: np.ndarray, score: np.ndarray, q: Qu
     m = min(n, max(4 * need, first_cut))
     while True:
         if m < n:
-            # Everything scoring at least the m-th best: a superset that keeps exact ties together.
-            threshold = score[np.argpartition(-score, m - 1)[m - 1]]
+            # Everything scoring at least the m-th best: a superset that keeps exact ties together. The values alone
+            # are partitioned (argpartition also moves indices, and needs the scores negated: a copy).
+            threshold = np.partition(score, n - m)[n - m]
             part = np.flatnonzero(score >= threshold)
         else:
             part = np.arange(n)
