@@ -62,7 +62,7 @@ def main() -> None:
     print()
     print("| share over the dense floor | dicts of ids (before) | arrays on rows (now) | ratio |")
     print("|---|---|---|---|")
-    for share in (0.02, 0.1, 0.25, 0.6):
+    for share in (0.02, 0.1, 0.25, 0.6, 0.9):
         over = rng.random(n) < share
         dense = np.where(over, rng.uniform(DENSE_FLOOR, 0.6, n), rng.uniform(-0.1, DENSE_FLOOR - 1e-3, n))
         dense = dense.astype(np.float32)
