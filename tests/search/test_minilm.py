@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from imagesvc.search.minilm import MAX_TOKENS, MiniLM, erf, model_folder, safetensors_arrays
+from imagesvc.search.minilm import MAX_TOKENS, MiniLM, erf, gelu, model_folder, safetensors_arrays
 from tests.parts import import_part, missing_part
 
 TEXTS = [
@@ -68,6 +68,13 @@ def test_erf_is_the_error_function() -> None:
     want = np.array([math.erf(float(v)) for v in x])
     assert np.abs(erf(x) - want).max() < 5e-7
     assert erf(np.array([np.inf, -np.inf], np.float32)).tolist() == [1.0, -1.0]
+
+
+def test_gelu_in_place_is_the_expression_to_the_last_bit() -> None:
+    x = np.r_[np.random.default_rng(2).normal(0, 4, 5000), [0.0, -0.0, 1e-30, -1e-30, 30, -30, 1e4]].astype(np.float32)
+    want = np.float32(0.5) * x * (np.float32(1) + erf(x * np.float32(1 / np.sqrt(2))))
+    got = x.copy()
+    assert gelu(got) is got and np.array_equal(got, want)
 
 
 def _copy_model(tmp_path: Path) -> Path:
