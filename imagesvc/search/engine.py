@@ -64,8 +64,8 @@ class Scored:
     table: GalleryTable
     ranked: Ranked
     generation: int  # of the snapshot it was ranked on
-    fts: dict[str, float] = field(default_factory=dict)
-    dense: dict[str, float] = field(default_factory=dict)
+    fts: dict[str, float] = field(default_factory=dict)  # the page's results' keyword scores (only theirs)
+    dense: dict[str, float] = field(default_factory=dict)  # and their dense cosines
     signals: list[str] = field(default_factory=list)
     corrected: dict[str, str] = field(default_factory=dict)  # query word -> the library word searched instead
     glossed: Gloss | None = None  # how a query in a glossed language was read (``glosses``), when dense ranked it

