@@ -231,7 +231,8 @@ def _text_model(settings: Settings) -> Finding:
         )
     if note:
         return Finding("warn", "text model", f"{note} (set IMAGESVC_TEXT_MODEL={chosen} to say so)")
-    return Finding("ok", "text model", f"{key} can run here")
+    reading = f"; e5 reads through {text_models.e5_reading()}" if "e5" in chosen.split("+") else ""
+    return Finding("ok", "text model", f"{key} can run here{reading}")
 
 
 _GLOSS_SOURCES = {

