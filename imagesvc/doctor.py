@@ -232,7 +232,23 @@ def _text_model(settings: Settings) -> Finding:
     if note:
         return Finding("warn", "text model", f"{note} (set IMAGESVC_TEXT_MODEL={chosen} to say so)")
     reading = f"; e5 reads through {text_models.e5_reading()}" if "e5" in chosen.split("+") else ""
+    if reading.endswith("int8 on ONNX Runtime"):
+        reading += _int8_graph()
     return Finding("ok", "text model", f"{key} can run here{reading}")
+
+
+def _int8_graph() -> str:
+    """Whether e5's int8 graph is built for this node's code and model file, and where."""
+    from imagesvc.search import e5_int8
+
+    folder = e5_int8.default_cache()
+    try:
+        graph = folder / f"e5-int8-{e5_int8.cache_key()}.onnx" if folder else None
+    except (OSError, ImportError) as exc:
+        return f" (its graph cannot be named: {exc})"
+    if graph is not None and graph.is_file():
+        return f" (its graph: {graph})"
+    return f" (its graph is built by the first worker, ~1.3 s, into {folder or 'a temporary folder'})"
 
 
 _GLOSS_SOURCES = {

@@ -239,3 +239,21 @@ def test_a_graph_that_fails_its_check_leaves_the_worker_another_reading(
     assert "e5 cannot run on ONNX Runtime here" in caplog.text and "calibration texts" in caplog.text
     assert model.queries(["a lion"]).shape == (1, 384)
     assert not list((cache.parent / "refused-cache" / "imagesvc").glob("*.onnx"))
+
+
+def test_doctor_says_e5_reads_in_int8_and_whether_its_graph_is_built(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imagesvc.cli import main
+
+    monkeypatch.setenv("IMAGESVC_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("IMAGESVC_SESSION_SECRET", "s")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "fresh"))
+    main(["doctor", "--json"])
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}["text model"]
+    assert "e5 reads through int8 on ONNX Runtime" in found["message"]
+    assert f"built by the first worker, ~1.3 s, into {tmp_path / 'fresh' / 'imagesvc'}" in found["message"]
+    graph, _ = e5_int8.built(tmp_path / "fresh" / "imagesvc")
+    main(["doctor", "--json"])
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}["text model"]
+    assert f"(its graph: {graph})" in found["message"]
