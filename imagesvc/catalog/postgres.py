@@ -7,8 +7,8 @@ and its reads are indexed look-ups of a fraction of a millisecond. The event loo
 (``imagesvc.catalog.gate``): threads of its own, as many as the pool has connections, under a client-side deadline,
 since a hung server (stopped, or a statement behind another session's lock) enforces no timeout of its own. A
 connection is held for one statement (or one write transaction) and returned at once, never across an ``await``. Each
-connection is checked (a round trip) before the pool hands it out, so connections a server restart left dead are
-replaced rather than handed to a request. Further bounds: a free connection (``IMAGESVC_DATABASE_POOL_TIMEOUT``), a
+connection is checked (a round trip) before it is used, so connections a server restart left dead are replaced
+rather than handed to a request. Further bounds: a free connection (``IMAGESVC_DATABASE_POOL_TIMEOUT``), a
 connection attempt (``connect_timeout``) and, when serving, a statement (``statement_timeout``); past any bound the
 caller gets ``Unavailable`` (503 ``unavailable``), whose message never names the server's host or port.
 
@@ -160,7 +160,6 @@ class PostgresCatalog(Catalog):
             max_size=max(1, pool_size),
             kwargs=kwargs,
             timeout=pool_timeout,
-            check=ConnectionPool.check_connection,  # a connection a restart left dead is replaced, not handed out
             open=True,
             name="imagesvc-catalog",
         )
@@ -235,7 +234,7 @@ class PostgresCatalog(Catalog):
             except _DOWN as exc:
                 raise self._failed(exc) from exc
         try:
-            with self._pool.connection(timeout=self._pool_timeout) as conn:
+            with self._checked() as conn:
                 yield conn
         except PoolTimeout as exc:
             # Busy, not down: a probe here would wait a connect timeout more on the event loop and open a connection
@@ -257,6 +256,30 @@ class PostgresCatalog(Catalog):
                 raise self._failed(exc) from exc
             log.warning("a catalog database connection was lost: %s", _reason(exc))
             raise _Broken("A catalog database connection was lost.", retry_after=1) from exc
+
+    @contextmanager
+    def _checked(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection that answered a round trip just now (as ``pool.connection``, within the pool timeout).
+
+        A server restart leaves every pooled connection dead. The pool's own ``check`` callback replaces a dead one
+        but then backs off about a second before trying the next (2 s for the first request after a quiet restart
+        with four pooled, past the catalog deadline); here the first dead one found sends every idle connection
+        through one check pass (dead ones fail at once and are replaced), and the next is taken at once."""
+        deadline = time.monotonic() + self._pool_timeout
+        while True:
+            conn = self._pool.getconn(timeout=deadline - time.monotonic())
+            try:
+                ConnectionPool.check_connection(conn)
+            except psycopg.Error:
+                self._pool.putconn(conn)  # broken: the pool discards it and opens another
+                self._pool.check()
+                continue
+            break
+        try:
+            with conn:
+                yield conn
+        finally:
+            self._pool.putconn(conn)
 
     def _read(self, sql: str, args: Iterable[Any], fetch: str) -> Any:
         """One read statement; retried once on a fresh connection when the first one was dead (a server restart
