@@ -76,11 +76,7 @@ ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
     ("GET", "/health/ready"): RouteDoc(
         "Readiness: 200 when the catalog, the access backend and the object store answer within the catalog "
         "deadline and the search warm-up has finished; route traffic to a node only on this.",
-        extra={
-            "503": {
-                "description": "Not ready: down names what does not answer (catalog, access, store, search)."
-            }
-        },
+        extra={"503": {"description": "Not ready: down names what does not answer (catalog, access, store, search)."}},
     ),
     ("GET", "/img/{path}"): RouteDoc(media="image/jpeg", extra={"304": {"description": "Not modified."}}),
     ("GET", "/image"): RouteDoc(media="image/jpeg", extra={"304": {"description": "Cached."}}),
