@@ -15,6 +15,7 @@ import os
 import secrets
 import signal
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import psycopg
 import pytest
 from aiohttp.test_utils import TestClient
@@ -32,7 +34,8 @@ from imagesvc.catalog.postgres import PostgresCatalog
 from imagesvc.settings import Settings
 from imagesvc.web.app_keys import SERVICES
 from tests.library import settings_for
-from tests.servers import PostgresServer, create_database, descendants
+from tests.servers import PostgresServer, create_database, descendants, free_port
+from tests.test_ingest_kills import IMAGESVC, ingest_env
 
 pytestmark = pytest.mark.slow
 
@@ -247,3 +250,72 @@ async def _says_the_catalog_is_down(client: TestClient, port: int) -> None:
     assert "127.0.0.1" not in str(body) and str(port) not in str(body), body
     assert (await _timed(client, "/health/live"))[0] == 200
     assert (await _timed(client, f"/img/{IMG[4:]}"))[0] == 200
+
+
+async def test_imagesvc_serve_starts_and_keeps_its_workers_while_the_database_is_down(
+    postgres_server: PostgresServer, url: str, tmp_path: Path
+) -> None:
+    """``imagesvc serve`` with two workers, started while PostgreSQL refuses connections: it stays up, alive and not
+    ready, answers 503 on catalog routes, and serves once the server is back, with the same processes."""
+    settings = _settings(tmp_path, url)
+    port = free_port()
+    env = ingest_env(settings.data_dir) | {
+        "IMAGESVC_CATALOG": "postgres",
+        "IMAGESVC_DATABASE_URL": url,
+        "IMAGESVC_PORT": str(port),
+        "IMAGESVC_SERVE_WORKERS": "2",
+        "IMAGESVC_TEXT_MODEL": "off",
+    }
+    base = f"http://127.0.0.1:{port}"
+    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 - closed below
+    postgres_server.stop("fast")
+    proc = subprocess.Popen([IMAGESVC, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def get(path: str) -> tuple[int, Any]:
+                async with session.get(base + path) as resp:
+                    return resp.status, await resp.json()
+
+            deadline = time.monotonic() + 60  # a start on a loaded machine; a node that exits fails at once
+            while True:
+                assert proc.poll() is None, (tmp_path / "serve.log").read_text(errors="replace")[-3000:]
+                try:
+                    if (await get("/health/live"))[0] == 200:
+                        break
+                except aiohttp.ClientError:
+                    pass
+                assert time.monotonic() < deadline, "imagesvc serve did not answer /health/live"
+                await asyncio.sleep(0.2)
+            workers = descendants(proc.pid)
+            status, body = await get("/health/ready")
+            assert status == 503 and "catalog" in body["down"], body
+            status, body = await get("/api/books")
+            assert status == 503 and body["error"] == "unavailable", body
+            postgres_server.start()
+            back = time.monotonic()
+            while (status := (await get("/api/books"))[0]) != 200:
+                assert time.monotonic() - back < 30, status
+                await asyncio.sleep(0.2)
+            while (await get("/health/ready"))[0] != 200:  # the search warm-up finishes once the catalog answers
+                assert time.monotonic() - back < 60, await get("/health/ready")
+                await asyncio.sleep(0.2)
+            assert proc.poll() is None and workers <= descendants(proc.pid)  # recovered, not restarted
+    finally:
+        if not _answers(postgres_server):
+            postgres_server.start()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _answers(server: PostgresServer) -> bool:
+    try:
+        psycopg.connect(server.url, connect_timeout=2).close()
+    except psycopg.OperationalError:
+        return False
+    return True
