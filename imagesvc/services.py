@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from imagesvc.catalog import Catalog
+from imagesvc.catalog.gate import AsyncCatalog
 from imagesvc.settings import Settings
 from imagesvc.storage import ObjectStore
 
@@ -56,6 +57,12 @@ class Services:
     @property
     def catalog(self) -> Catalog:
         return self._catalog if self._source is None else self._source()[0]
+
+    @property
+    def db(self) -> AsyncCatalog:
+        """``catalog`` for the event loop: ``await services.db.find_book(x)`` runs the read on the catalog's own
+        threads under its deadline (``imagesvc.catalog.gate``). Code on the loop never calls ``catalog`` itself."""
+        return AsyncCatalog(self.catalog)
 
     @property
     def search(self) -> Any:

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from imagesvc.errors import Unavailable
 from imagesvc.settings import Settings
 
 __all__ = ["run_server", "serve", "tune_malloc"]
@@ -232,7 +233,10 @@ def serve(settings: Settings, workers: int) -> int:
         signing_paths(settings)
     from imagesvc.catalog.backends import open_catalog
 
-    open_catalog(settings).close()  # the configured backend: a PostgreSQL node keeps no SQLite catalog
+    try:
+        open_catalog(settings).close()  # the configured backend: a PostgreSQL node keeps no SQLite catalog
+    except Unavailable as exc:  # the database is down or hung: start anyway; each worker migrates on first reach
+        log.warning("starting without the catalog database (503 on catalog routes until it answers): %s", exc.message)
     if workers == 1:
         run_server(settings)
         code = 0

@@ -61,6 +61,13 @@ def _positive_float(raw: str) -> float:
     return value
 
 
+def _catalog_deadline(raw: str) -> float:
+    value = float(raw)
+    if not 0 < value <= 2:
+        raise ValueError("expected seconds, more than 0 and at most 2")
+    return value
+
+
 def _non_negative_int(raw: str) -> int:
     value = int(raw)
     if value < 0:
@@ -140,6 +147,12 @@ class Settings:
         "Catalog backend: sqlite (one file in the data dir, the embedded default) or postgres (one database shared "
         "by every node and ingester, IMAGESVC_DATABASE_URL; docs/operations.md).",
         _choice("sqlite", "postgres"),
+    )
+    catalog_deadline: float = _opt(
+        1.5,
+        "Seconds the service waits for any catalog call before answering 503 unavailable (at most 2); a call past it "
+        "marks the catalog hung, and calls fail at once until a probe sees it answer again.",
+        _catalog_deadline,
     )
     database_url: str = _opt(
         "", "PostgreSQL URL when IMAGESVC_CATALOG=postgres (postgresql://user:password@host:5432/db).", str, secret=True

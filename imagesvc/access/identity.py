@@ -267,7 +267,8 @@ class Identifier:
         s = self.settings
         credential = bearer(headers)
         if credential is not None and not credential.startswith(SESSION_PREFIX):
-            record = lookup_key(self.catalog, credential)
+            catalog = self.catalog
+            record = await catalog.gate.run(lookup_key, catalog, credential)  # off the loop, under the deadline
             recovery = ["Check the key, ask for a new one, or send no Authorization header to be served anonymously."]
             if record is None:
                 raise Unauthorized("The API key is not known to this service.", recovery=recovery)

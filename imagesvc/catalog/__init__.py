@@ -2,7 +2,9 @@
 default) or PostgreSQL (``imagesvc.catalog.postgres.PostgresCatalog``, one database for many nodes).
 
 Both backends answer the one protocol below. Reads are indexed single-row or single-book lookups (well under a
-millisecond), so the service calls them directly; writes come from ingest, one transaction per book. Rows come back
+millisecond); the event loop still never calls them directly but through ``catalog.gate`` (``imagesvc.catalog.gate``:
+threads of the catalog's own and a deadline), since a hung server would stop the loop. Writes come from ingest, one
+transaction per book. Rows come back
 as plain dicts with JSON columns decoded. The SQL is written once, in the dialect both engines accept (``?``
 parameters; PostgreSQL's backend translates them); the few dialect-specific queries branch on ``catalog.dialect``.
 Open the configured backend with ``imagesvc.catalog.backends.open_catalog(settings)``.
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from imagesvc.catalog import page_text
+from imagesvc.catalog.gate import DEFAULT_DEADLINE, CatalogGate
 from imagesvc.catalog.schema import SCHEMA_VERSION, migrate
 from imagesvc.catalog.text_fold import Word
 
@@ -85,11 +88,13 @@ def _use_wal(conn: sqlite3.Connection, wait: float = 5.0) -> None:
 
 
 class Catalog:
-    """One connection to the catalog file (WAL mode), migrated to the current schema on open."""
+    """One connection to the catalog file (WAL mode), migrated to the current schema on open. ``gate`` runs its
+    calls for the event loop, one at a time (the one connection serialises them anyway), under ``deadline`` s."""
 
     dialect = "sqlite"
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, deadline: float = DEFAULT_DEADLINE) -> None:
+        self.gate = CatalogGate(self.ping, deadline=deadline, threads=1)
         self.path = Path(path)
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +106,12 @@ class Catalog:
         self.schema_version = migrate(self._conn)
 
     def close(self) -> None:
+        self.gate.close()
         self._conn.close()
+
+    def ping(self) -> None:
+        """Return once a read of the books table returns (what the gate's probe and readiness ask)."""
+        self.scalar("SELECT count(*) FROM (SELECT 1 FROM books LIMIT 1) AS one")
 
     @contextmanager
     def transaction(self, *, search: bool = True) -> Iterator[sqlite3.Connection]:

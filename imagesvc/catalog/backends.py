@@ -10,8 +10,9 @@ __all__ = ["open_catalog"]
 
 
 def open_catalog(settings: Any, *, serving: bool = False) -> Catalog:
-    """The configured catalog, migrated to the current schema. ``serving`` bounds each PostgreSQL statement (the
-    event loop waits on reads), where ingest and index run long scans and writes unbounded."""
+    """The configured catalog, migrated to the current schema. ``serving`` bounds each PostgreSQL statement and opens
+    it lazily (a serving process starts while the database is down, and answers 503 until it is back), where ingest
+    and index run long scans and writes unbounded, and need the database at once."""
     if getattr(settings, "catalog", "sqlite") == "postgres":
         try:
             from imagesvc.catalog.postgres import PostgresCatalog
@@ -26,5 +27,7 @@ def open_catalog(settings: Any, *, serving: bool = False) -> Catalog:
             pool_size=settings.database_pool_size,
             pool_timeout=settings.database_pool_timeout,
             statement_timeout_ms=5000 if serving else 0,
+            deadline=settings.catalog_deadline,
+            lazy=serving,
         )
-    return Catalog(settings.data_dir / "catalog.sqlite3")
+    return Catalog(settings.data_dir / "catalog.sqlite3", deadline=settings.catalog_deadline)

@@ -2,17 +2,20 @@
 and ingester (``IMAGESVC_CATALOG=postgres``).
 
 Why a synchronous pool (psycopg 3 with psycopg-pool) rather than an async driver: the catalog protocol is
-synchronous and called from every door (tools, pages, access, search), and its reads are indexed single-row
-look-ups that take a fraction of a millisecond, as SQLite's do; an async protocol would change every caller for no
-gain on such reads. A connection is held for one statement (or one write transaction) and returned at once, never
-across an ``await``, so a slow HTTP client cannot hold one. Large scans run in worker threads (``reader``), each on a
-connection of its own from the same thread-safe pool. What the event loop may wait on is bounded: a free
-connection (``IMAGESVC_DATABASE_POOL_TIMEOUT``), a connection attempt (``connect_timeout``) and a statement
-(``statement_timeout``); past any bound the caller gets ``Unavailable`` (503 ``unavailable``).
+synchronous and called from every door (tools, pages, access, search) and from worker threads (search builds, ingest),
+and its reads are indexed look-ups of a fraction of a millisecond. The event loop reaches it through ``gate``
+(``imagesvc.catalog.gate``): threads of its own, as many as the pool has connections, under a client-side deadline,
+since a hung server (stopped, or a statement behind another session's lock) enforces no timeout of its own. A
+connection is held for one statement (or one write transaction) and returned at once, never across an ``await``. Each
+connection is checked (a round trip) before it is used, so connections a server restart left dead are replaced
+rather than handed to a request. Further bounds: a free connection (``IMAGESVC_DATABASE_POOL_TIMEOUT``), a
+connection attempt (``connect_timeout``) and, when serving, a statement (``statement_timeout``); past any bound the
+caller gets ``Unavailable`` (503 ``unavailable``), whose message never names the server's host or port.
 
 An outage is answered without waiting: after a connection fails, every call fails fast with ``Unavailable`` while
 a background thread probes the server; when it answers, the pool drops its broken connections and serving resumes
-with no restart.
+with no restart. A serving process opens the catalog lazily (``lazy=True``): it starts while the server is down or
+hung, migrates on the first call that reaches it, and answers 503 until then.
 
 The shared SQL uses ``?`` and ``:name`` parameters (SQLite's); they are translated to psycopg's once per statement
 text. ``PRAGMA data_version`` (what search state polls) reads ``catalog_state.changes``, which every committed
@@ -35,6 +38,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from imagesvc.catalog import Catalog, _row, page_text_sql
+from imagesvc.catalog.gate import DEFAULT_DEADLINE, CatalogGate
 from imagesvc.catalog.schema import POSTGRES_FOLLOW_UPS, POSTGRES_MIGRATIONS, SCHEMA_VERSION
 from imagesvc.catalog.text_fold import Word
 from imagesvc.errors import Unavailable
@@ -107,7 +111,8 @@ def migrate_postgres(conn: psycopg.Connection[Any]) -> int:
 
 
 class PostgresCatalog(Catalog):
-    """The catalog in one PostgreSQL database, through a pool of at most ``pool_size`` connections."""
+    """The catalog in one PostgreSQL database, through a pool of at most ``pool_size`` connections; migrated on open,
+    or on the first call that reaches the server when ``lazy``."""
 
     dialect = "postgres"
 
@@ -120,7 +125,10 @@ class PostgresCatalog(Catalog):
         connect_timeout: float = 3.0,
         statement_timeout_ms: int = 0,
         probe_interval: float = 0.5,
+        deadline: float = DEFAULT_DEADLINE,
+        lazy: bool = False,
     ) -> None:
+        self.gate = CatalogGate(self.ping, deadline=deadline, threads=pool_size)
         self.url = url
         self.path = None  # no file: ``reader`` shares this (thread-safe) catalog with worker threads
         self._pool_timeout = pool_timeout
@@ -138,11 +146,10 @@ class PostgresCatalog(Catalog):
             "connect_timeout": max(1, round(connect_timeout)),
             "options": options,
         }
-        try:  # migrations (index builds on a large catalog) run without the serving statement timeout
-            with psycopg.connect(url, autocommit=True, connect_timeout=kwargs["connect_timeout"]) as conn:
-                self.schema_version = migrate_postgres(conn)
-        except _DOWN as exc:
-            raise Unavailable(f"The catalog database cannot be reached: {_reason(exc)}", retry_after=2) from exc
+        self.schema_version: int | None = None
+        self._schema_lock = threading.Lock()
+        if not lazy:
+            self.migrate()
         self._down = threading.Event()  # set while the server is unreachable: calls fail fast
         self._closing = threading.Event()
         self._probe: threading.Thread | None = None
@@ -158,17 +165,36 @@ class PostgresCatalog(Catalog):
         )
 
     def close(self) -> None:
+        self.gate.close()
         self._closing.set()
         self._pool.close()
+
+    def migrate(self) -> int:
+        """Bring the database to the current schema, once per catalog (migrations, index builds on a large catalog,
+        run without the serving statement timeout); ``Unavailable`` when the server cannot be reached."""
+        try:
+            return self._migrated()
+        except _DOWN as exc:
+            log.error("catalog database unreachable: %s", _reason(exc))
+            raise _unreachable() from exc
+
+    def _migrated(self) -> int:
+        """``migrate`` with the driver's errors as they are."""
+        with self._schema_lock:
+            if self.schema_version is None:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=self._connect_seconds) as conn:
+                    self.schema_version = migrate_postgres(conn)
+        return self.schema_version
+
+    @property
+    def _connect_seconds(self) -> int:
+        return max(1, round(self._connect_timeout))
 
     # -- outages ---------------------------------------------------------------------------------------------------
 
     def _check_up(self) -> None:
         if self._down.is_set():
-            raise Unavailable(
-                "The catalog database cannot be reached; the service recovers by itself when it is back.",
-                retry_after=2,
-            )
+            raise _unreachable()
 
     def _failed(self, exc: BaseException) -> Unavailable:
         """Note an outage (start the probe) and the error to raise for it."""
@@ -178,13 +204,13 @@ class PostgresCatalog(Catalog):
                 self._down.set()
                 self._probe = threading.Thread(target=self._watch, name="imagesvc-catalog-probe", daemon=True)
                 self._probe.start()
-        return Unavailable(f"The catalog database cannot be reached: {_reason(exc)}", retry_after=2)
+        return _unreachable()
 
     def _watch(self) -> None:
         """Probe the server with a connection of its own until it answers; then drop the pool's dead connections."""
         while not self._closing.wait(self._probe_interval):
             try:
-                with psycopg.connect(self.url, connect_timeout=max(1, round(self._connect_timeout))) as conn:
+                with psycopg.connect(self.url, connect_timeout=self._connect_seconds) as conn:
                     conn.execute("SELECT 1")
             except _DOWN:
                 continue
@@ -202,8 +228,13 @@ class PostgresCatalog(Catalog):
         timeout, a write rolled back by a conflict (deadlock, serialization, lock wait), or an unreachable server
         (which also opens the outage); ``_Broken`` for one dead connection."""
         self._check_up()
+        if self.schema_version is None:  # a lazy catalog's first call that reaches the server
+            try:
+                self._migrated()
+            except _DOWN as exc:
+                raise self._failed(exc) from exc
         try:
-            with self._pool.connection(timeout=self._pool_timeout) as conn:
+            with self._checked() as conn:
                 yield conn
         except PoolTimeout as exc:
             # Busy, not down: a probe here would wait a connect timeout more on the event loop and open a connection
@@ -223,7 +254,32 @@ class PostgresCatalog(Catalog):
                 ) from exc
             if not self._server_answers():
                 raise self._failed(exc) from exc
-            raise _Broken(f"A catalog database connection was lost: {_reason(exc)}", retry_after=1) from exc
+            log.warning("a catalog database connection was lost: %s", _reason(exc))
+            raise _Broken("A catalog database connection was lost.", retry_after=1) from exc
+
+    @contextmanager
+    def _checked(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection that answered a round trip just now (as ``pool.connection``, within the pool timeout).
+
+        A server restart leaves every pooled connection dead. The pool's own ``check`` callback replaces a dead one
+        but then backs off about a second before trying the next (2 s for the first request after a quiet restart
+        with four pooled, past the catalog deadline); here the first dead one found sends every idle connection
+        through one check pass (dead ones fail at once and are replaced), and the next is taken at once."""
+        deadline = time.monotonic() + self._pool_timeout
+        while True:
+            conn = self._pool.getconn(timeout=deadline - time.monotonic())
+            try:
+                ConnectionPool.check_connection(conn)
+            except psycopg.Error:
+                self._pool.putconn(conn)  # broken: the pool discards it and opens another
+                self._pool.check()
+                continue
+            break
+        try:
+            with conn:
+                yield conn
+        finally:
+            self._pool.putconn(conn)
 
     def _read(self, sql: str, args: Iterable[Any], fetch: str) -> Any:
         """One read statement; retried once on a fresh connection when the first one was dead (a server restart
@@ -243,7 +299,7 @@ class PostgresCatalog(Catalog):
     def _server_answers(self) -> bool:
         """Does the server take a new connection now (bounded by ``connect_timeout``)?"""
         try:
-            with psycopg.connect(self.url, connect_timeout=max(1, round(self._connect_timeout))) as conn:
+            with psycopg.connect(self.url, connect_timeout=self._connect_seconds) as conn:
                 conn.execute("SELECT 1")
         except _DOWN:
             return False
@@ -313,6 +369,13 @@ class PostgresCatalog(Catalog):
 
 class _Broken(Unavailable):
     """One pooled connection was dead while the server answers (after a restart): a read retries once."""
+
+
+def _unreachable() -> Unavailable:
+    """The public error of an outage: the log has the driver's reason, which names the server's host and port."""
+    return Unavailable(
+        "The catalog database cannot be reached; the service recovers by itself when it is back.", retry_after=2
+    )
 
 
 def _reason(exc: BaseException) -> str:

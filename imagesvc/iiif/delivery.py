@@ -104,12 +104,12 @@ async def resolve_source(services: Services, call: Call, identifier: str, *, cle
     full = await locate_image(services, call, tier="full", clean=clean, **where)
     # locate_image succeeded, so the illustration or page and its live book exist.
     if "illustration" in where:
-        ill: dict[str, Any] = services.catalog.illustration(identifier)  # type: ignore[assignment]
-        owner, book_row = ill["id"], services.catalog.find_book(ill["book_id"]) or {}
+        ill: dict[str, Any] = await services.db.illustration(identifier)  # type: ignore[assignment]
+        owner, book_row = ill["id"], await services.db.find_book(ill["book_id"]) or {}
     else:
-        book_row = services.catalog.find_book(where["book"]) or {}
-        owner = services.catalog.page(book_row["id"], where["page"])["id"]  # type: ignore[index]
-    rows = services.catalog.renditions([owner])[owner]
+        book_row = await services.db.find_book(where["book"]) or {}
+        owner = (await services.db.page(book_row["id"], where["page"]))["id"]  # type: ignore[index]
+    rows = (await services.db.renditions([owner]))[owner]
     tiers = []
     for name in ("display", "full"):
         if name not in rows:

@@ -83,14 +83,14 @@ def _canvas(
     }
 
 
-def manifest_document(services: Services, book_id: str, base: str) -> dict[str, Any]:
+async def manifest_document(services: Services, book_id: str, base: str) -> dict[str, Any]:
     """The Manifest of a book (id or slug) whose image services live under ``base`` (``.../iiif/3``).
 
     Raises ``NotFound`` for an unknown or withdrawn book.
     """
-    book = require_book(services, book_id)
-    pages = services.catalog.page_list(book["id"])  # numbers and image state only: no page text read
-    tiers = services.catalog.renditions(p["id"] for p in pages)
+    book = await require_book(services, book_id)
+    pages = await services.db.page_list(book["id"])  # numbers and image state only: no page text read
+    tiers = await services.db.renditions([p["id"] for p in pages])
     fulls = {p["id"]: None if p["image_unavailable"] else tiers[p["id"]].get("full") for p in pages}
     held = [f for f in fulls.values() if f is not None]
     size = (median_low([f["width"] for f in held]), median_low([f["height"] for f in held])) if held else _DEFAULT_SIZE
@@ -139,21 +139,21 @@ def manifest_document(services: Services, book_id: str, base: str) -> dict[str, 
     return doc
 
 
-def collection_document(services: Services, slug: str, base: str) -> dict[str, Any]:
+async def collection_document(services: Services, slug: str, base: str) -> dict[str, Any]:
     """A curated collection as an IIIF Collection of the Manifests of the books its illustrations come from, in the
     order the collection first cites them. Raises ``NotFound`` for an unknown slug."""
-    row = services.catalog.collection(slug)
+    row = await services.db.collection(slug)
     if row is None:
         raise NotFound(
             f"No collection has the slug {slug!r}.",
             recovery=["List collections with GET /gallery/collections or GET /iiif/3/collections."],
             details={"slug": slug},
         )
-    live = services.catalog.live_illustrations(row["item_ids"])
+    live = await services.db.live_illustrations(row["item_ids"])
     items = [live[i] for i in row["item_ids"] if i in live]  # ids that no longer resolve are left out, not counted
     books: dict[str, dict[str, Any]] = {}
     for ill in items:
-        if ill["book_id"] not in books and (book := services.catalog.find_book(ill["book_id"])) is not None:
+        if ill["book_id"] not in books and (book := await services.db.find_book(ill["book_id"])) is not None:
             books[ill["book_id"]] = book
     doc: dict[str, Any] = {
         "@context": CONTEXT,
@@ -170,7 +170,7 @@ def collection_document(services: Services, slug: str, base: str) -> dict[str, A
     return doc
 
 
-def collections_index(services: Services, base: str) -> dict[str, Any]:
+async def collections_index(services: Services, base: str) -> dict[str, Any]:
     """Every curated collection, as one top-level IIIF Collection."""
     return {
         "@context": CONTEXT,
@@ -179,6 +179,6 @@ def collections_index(services: Services, base: str) -> dict[str, Any]:
         "label": _text(f"{services.settings.site_name}: curated collections", "en"),
         "items": [
             {"id": f"{base}/collection/{quote(c['slug'])}", "type": "Collection", "label": _text(c["title"], "en")}
-            for c in services.catalog.collections()
+            for c in await services.db.collections()
         ],
     }

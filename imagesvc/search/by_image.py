@@ -109,7 +109,7 @@ class ImageMatcher:
 
     async def _ready_published(self, follower: Follower) -> BlockIndex | None:
         """As ``ready``, for the index the catalog names (fetched, verified and loaded off the event loop)."""
-        row = follower.row()
+        row = await follower.current_row()
         if row is None or not follower.wanted(row):
             return self._index
         if self._job is None or self._job.done():

@@ -129,11 +129,11 @@ class DenseText:
         if self.model is None or self.model.info is None:
             return False
         if self.error:
-            if self._other is None or self._indexed_model() == self._other:
+            if self._other is None or await self.catalog.gate.run(self._indexed_model) == self._other:
                 return False
             self.error = self._other = None  # `imagesvc index` has re-embedded since: try again
             self._state = None
-        stamp = self.catalog.query_one("PRAGMA data_version")
+        stamp = await self.catalog.gate.run(self.catalog.query_one, "PRAGMA data_version")
         if self._stamp == stamp and (self._state is not None or (self.follower is not None and self.follower.only)):
             return self._state is not None  # with PostgreSQL and nothing published: keyword-only, asked once a change
         if self._job is None or self._job.done():
@@ -144,7 +144,7 @@ class DenseText:
             return self._state is not None
         except OtherModel as exc:
             self.error = f"{exc.message}: run `imagesvc index` (keyword ranking until then)"
-            self._other = self._indexed_model() or ""
+            self._other = await self.catalog.gate.run(self._indexed_model) or ""
             log.error("dense text search is off: %s", self.error)
             return False
         except ImagesvcError as exc:
@@ -172,9 +172,9 @@ class DenseText:
         if self.follower is None and getattr(self.catalog, "dialect", "sqlite") == "postgres":
             self._stamp = stamp  # no store to fetch from, and a node never embeds a shared catalog's index itself
             return
-        if self._published():
+        if await self.catalog.gate.run(self._published):
             await self._follow()
-            if not self.closed and not (self.follower and self.follower.retrying(self.follower.row())):
+            if not self.closed and not (self.follower and self.follower.retrying(await self.follower.current_row())):
                 self._stamp = stamp  # else the next query asks again (the store failed: retried after a pause)
             return
         try:
@@ -188,7 +188,7 @@ class DenseText:
         """Fetch and load the published index when the catalog names a new one; a refused one changes nothing."""
         follower = self.follower
         assert follower is not None
-        row = follower.row()
+        row = await follower.current_row()
         if row is None or not follower.wanted(row):
             return
         assert self.model is not None

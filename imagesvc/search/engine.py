@@ -172,7 +172,7 @@ class SearchEngine:
         for a build; the event loop goes on serving. A failed rebuild is logged and the old snapshot kept until the
         catalog or the index moves again; with no snapshot to keep, ``Unavailable``."""
         for _ in range(2):  # a write during the build: build once more, then answer with what is there
-            stamps = self.stamps()
+            stamps = await self.catalog.gate.run(self.stamps)  # catalog reads: off the loop, under the deadline
             snap = self._snap
             if snap is not None and stamps == snap.stamps:
                 return snap
@@ -416,7 +416,11 @@ class SearchEngine:
         assert text is not None
         cached = self.keywords.peek(snap.generation, text)
         # on the loop's connection when there is no other (a SQLite catalog in memory)
-        early = None if cached is not None or self._own_connections() else keyword_hits(self.catalog, text)
+        early = (
+            None
+            if cached is not None or self._own_connections()
+            else await self.catalog.gate.run(keyword_hits, self.catalog, text)
+        )
 
         def matches() -> tuple[np.ndarray, np.ndarray]:
             if early is None:

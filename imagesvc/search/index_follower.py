@@ -47,6 +47,10 @@ class Follower:
             )
         return row
 
+    async def current_row(self) -> dict[str, Any] | None:
+        """``row()`` from the event loop: through the catalog's gate (its threads, its deadline)."""
+        return await self.catalog.gate.run(self.row)  # type: ignore[no-any-return]
+
     def wanted(self, row: dict[str, Any] | None) -> bool:
         """Whether ``row`` names an index to fetch now (not the one in service, not one refused)."""
         if row is None or row["digest"] == self.digest or row["digest"] in self.rejected:

@@ -10,17 +10,24 @@ from imagesvc.services import Services
 __all__ = ["gallery_items"]
 
 
-def _books(services: Services, book_ids: set[str]) -> dict[str, dict[str, Any]]:
+Rows = dict[str, dict[str, Any]]
+
+
+def _read(catalog: Any, ids: list[str]) -> tuple[Rows, Rows, dict[str, Rows]]:
+    """The live illustrations among ``ids``, their books and their renditions (blocking: the catalog's thread)."""
+    rows = catalog.live_illustrations(ids)
     # Without the page counts an item does not show: counting read every page row of each book (300 a book).
-    return {b: row for b in book_ids if (row := services.catalog.find_book(b, counts=False)) is not None}
+    found = {b: catalog.find_book(b, counts=False) for b in {r["book_id"] for r in rows.values()}}
+    books = {b: row for b, row in found.items() if row is not None}
+    return rows, books, catalog.renditions(rows)
 
 
-def gallery_items(services: Services, ids: list[str], extra: list[dict[str, Any]] | None = None) -> list[dict]:
+async def gallery_items(
+    services: Services, ids: list[str], extra: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Gallery items for the live ones among ``ids``, in order; ``extra[i]`` is merged into item ``i``. Image URLs
-    are on the image host; field names follow the README's Vocabulary."""
-    rows = services.catalog.live_illustrations(ids)
-    books = _books(services, {r["book_id"] for r in rows.values()})
-    tiers = services.catalog.renditions(rows)
+    are on the image host; field names follow the README's Vocabulary. The reads are one trip to the catalog."""
+    rows, books, tiers = await services.db.call(_read, ids)
     out = []
     for n, iid in enumerate(ids):
         ill = rows.get(iid)

@@ -95,7 +95,7 @@ def require_key(call: Call, what: str) -> None:
         )
 
 
-def plan_archive(
+async def plan_archive(
     services: Services,
     call: Call,
     *,
@@ -112,8 +112,8 @@ def plan_archive(
     require_key(call, "Page-image archives")
     if clean:
         require_clean(call)
-    book = require_book(services, book_id, counts=False)
-    numbers = services.catalog.page_numbers(book["id"])
+    book = await require_book(services, book_id, counts=False)
+    numbers = await services.db.page_numbers(book["id"])
     if not numbers:
         raise InvalidRequest(f"Book {book['slug']!r} has no pages.", details={"book_id": book["id"]})
     low, high = numbers[0], numbers[-1]
@@ -126,8 +126,8 @@ def plan_archive(
             recovery=[f"Ask for from={low} to to={high}, or leave them out for the whole book."],
             details={"book_id": book["id"], "first_page": low, "last_page": high},
         )
-    pages = archive_pages(services.catalog, book["id"], start, end, tier)
-    change = book_versions(services.catalog, [book["id"]]).get(book["id"])
+    pages = await services.db.call(archive_pages, book["id"], start, end, tier)
+    change = (await services.db.call(book_versions, [book["id"]])).get(book["id"])
     version = f"{book['source_hash'][:16]}" + (f".{change['seq']}" if change else "")
     query = {"tier": tier, "format": format, "from": start, "to": end, **({"clean": "1"} if clean else {})}
     settings = services.settings
@@ -153,7 +153,7 @@ async def get_book_archive(
     Pages with no held image are listed (``image_unavailable``) and not charged. An archive cut short by an empty
     pool ends with RESUME.txt naming the page to resume from (``from``).
     """
-    plan = plan_archive(
+    plan = await plan_archive(
         services,
         call,
         book_id=book_id,

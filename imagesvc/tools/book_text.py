@@ -74,8 +74,8 @@ async def get_book_text(
     the asked-for text are listed in ``missing`` and cost nothing. Errors: from > to (400), unknown book or no page
     in range (404), no page in range with the asked-for text (404 naming what they have), budget exhausted (429).
     """
-    book = require_book(services, book_id)
-    numbers = services.catalog.page_numbers(book["id"])
+    book = await require_book(services, book_id)
+    numbers = await services.db.page_numbers(book["id"])
     if not numbers:
         raise no_page(book, numbers, "pages")
     # an open range ends at the last page, or at 'from' when that lies past it: 'from' alone is never blamed on a 'to'
@@ -84,7 +84,7 @@ async def get_book_text(
     if not in_range:
         raise no_page(book, numbers, f"page in {first}–{last}" if "to" in bounds else f"page {first} or later")
     cut = in_range[:MAX_TEXT_PAGES]
-    pages = services.catalog.pages(book["id"], cut[0], cut[-1])
+    pages = await services.db.pages(book["id"], cut[0], cut[-1])
     fields = _FIELDS[content]
     deliverable = [p for p in pages if any(p[f] is not None for f in fields)]
     if not deliverable:

@@ -22,9 +22,9 @@ INCLUDE_IMAGES = {
 }
 
 
-def require_book(services: Services, book_id: str, *, counts: bool = True) -> dict[str, Any]:
+async def require_book(services: Services, book_id: str, *, counts: bool = True) -> dict[str, Any]:
     """The live book with this id or slug, or ``NotFound`` with a way to find the right id."""
-    book = services.catalog.find_book(book_id, counts=counts)
+    book = await services.db.find_book(book_id, counts=counts)
     if book is None:
         raise unknown_book(book_id)
     return book
@@ -136,8 +136,8 @@ async def list_books(
     author = None
     if filters.get("author_id") is not None:
         filters["author_id"] = canonical_slug(filters["author_id"])
-        author = {"author_id": filters["author_id"], "name": author_name(services.catalog, filters["author_id"])}
-    rows, total = query_books(services.catalog, BookFilters(**filters), sort=sort, limit=limit, offset=skip)
+        author = {"author_id": filters["author_id"], "name": await services.db.call(author_name, filters["author_id"])}
+    rows, total = await services.db.call(query_books, BookFilters(**filters), sort=sort, limit=limit, offset=skip)
     items = [book_summary(services, row) for row in rows]
     return envelope(items, total=total, limit=limit, offset=skip, **({"author": author} if author else {}))
 
@@ -157,9 +157,9 @@ async def get_book(services: Services, call: Call, book_id: str, include_images:
 
     Pages with no held image carry ``image_unavailable: true`` and no image URL at all.
     """
-    book = require_book(services, book_id)
-    pages = services.catalog.page_list(book["id"])  # no page text: listing 300 pages must not read 1.6 MB
-    tiers = services.catalog.renditions(p["id"] for p in pages)
+    book = await require_book(services, book_id)
+    pages = await services.db.page_list(book["id"])  # no page text: listing 300 pages must not read 1.6 MB
+    tiers = await services.db.renditions([p["id"] for p in pages])
     return {
         **book_summary(services, book),
         "summary": book["summary"],

@@ -12,7 +12,6 @@ signature made for that request (docs/provenance.md), so a downloaded file is ch
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import math
@@ -96,12 +95,12 @@ async def list_dataset_images(
     """
     require_key(call, "The dataset listing and other bulk dataset features")
     if book_id is not None:
-        book_id = require_book(services, book_id, counts=False)["id"]
-    rows = dataset_pages(services.catalog, _after(cursor) if cursor else None, limit + 1, book_id)
+        book_id = (await require_book(services, book_id, counts=False))["id"]
+    rows = await services.db.call(dataset_pages, _after(cursor) if cursor else None, limit + 1, book_id)
     more = len(rows) > limit
     rows = rows[:limit]
-    renditions = services.catalog.renditions(r["page_id"] for r in rows)
-    versions = book_versions(services.catalog, sorted({r["book_id"] for r in rows}))
+    renditions = await services.db.renditions([r["page_id"] for r in rows])
+    versions = await services.db.call(book_versions, sorted({r["book_id"] for r in rows}))
     clean = call.caller.allowance.clean_allowed
     items = []
     for row in rows:
@@ -127,9 +126,9 @@ async def list_dataset_images(
         items.append(item)
     next_cursor = _cursor(rows[-1]["book_id"], rows[-1]["number"]) if more and rows else None
     if book_id is None:  # every live page: the count /health reports, read off the loop once per catalog change
-        total = (await asyncio.to_thread(counts, services.catalog))["pages"]
+        total = (await services.db.call(counts))["pages"]
     else:  # one book's pages: an index range
-        total = dataset_total(services.catalog, book_id)
+        total = await services.db.call(dataset_total, book_id)
     return envelope(items, total=total, limit=limit, has_more=more, next_cursor=next_cursor)
 
 
@@ -150,7 +149,7 @@ async def list_dataset_changes(services: Services, call: Call, page: int | None 
     require_key(call, "The change feed and other bulk dataset features")
     settings = services.settings
     base = f"{settings.site_url}{settings.base_path}/dataset/changes"
-    total = change_count(services.catalog)
+    total = await services.db.call(change_count)
     pages = max(1, math.ceil(total / CHANGES_PAGE))
 
     def ref(k: int) -> dict[str, str]:

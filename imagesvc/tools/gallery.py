@@ -115,10 +115,10 @@ async def search_images(
         _check_cursor(cursor, offset, ranked=bool((query or "").strip()) or like is not None)
     book_ids = None
     if book_id is not None:
-        book_ids = (require_book(services, book_id)["id"],)
+        book_ids = ((await require_book(services, book_id))["id"],)
     in_ids = None
     if collection is not None:
-        in_ids = frozenset(_require_collection(services, collection)["item_ids"])
+        in_ids = frozenset((await _require_collection(services, collection))["item_ids"])
     parsed = parse_query((query or "").strip() or None, exclude)
     engine = engine_for(services)
     q = Query(
@@ -174,7 +174,7 @@ async def _filled_page(services: Services, engine: Any, q: Query) -> tuple[Any, 
     ask = q
     for _ in range(FILL_TRIES):
         found = await engine.search(ask)
-        items = _items(services, found)
+        items = await _items(services, found)
         dropped = len(found.ranked.rows) - len(items)
         if not dropped or not found.ranked.more or len(items) > q.limit:
             break
@@ -182,7 +182,7 @@ async def _filled_page(services: Services, engine: Any, q: Query) -> tuple[Any, 
     return found, items
 
 
-def _items(services: Services, found: Any) -> list[dict[str, Any]]:
+async def _items(services: Services, found: Any) -> list[dict[str, Any]]:
     """The live items of one ranked page, each with its scores and near-duplicates."""
     table, ranked = found.table, found.ranked
     extra = []
@@ -197,7 +197,7 @@ def _items(services: Services, found: Any) -> list[dict[str, Any]]:
             "keyword": _rounded(found.fts.get(iid)),
         }
         extra.append({"similarity": s, "scores": scores, "duplicates": [table.ids[d] for d in dups]})
-    return gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
+    return await gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
 
 
 def _rounded(value: float | None) -> float | None:
@@ -233,7 +233,7 @@ async def get_image(services: Services, call: Call, id: str, include_images: boo
     page, citation URL) with the URL (``image_<tier>``) and size (``sizes``) of each image tier. Unknown or removed
     id: not_found."""
     id = fold(id)
-    items = gallery_items(services, [id])
+    items = await gallery_items(services, [id])
     if not items:
         raise NotFound(
             f"No illustration has the id {id!r}.",
@@ -241,8 +241,8 @@ async def get_image(services: Services, call: Call, id: str, include_images: boo
             details={"id": id},
         )
     item = items[0]
-    tiers = services.catalog.renditions([id])[id]
-    book = services.catalog.find_book(item["book_id"])
+    tiers = (await services.db.renditions([id]))[id]
+    book = await services.db.find_book(item["book_id"])
     item["sizes"] = {t: {"width": r["width"], "height": r["height"]} for t, r in tiers.items() if t in TIERS}
     item["book"] = book_summary(services, book) if book else None
     return item
@@ -264,16 +264,16 @@ async def get_book_images(
     services: Services, call: Call, book_id: str, limit: int = 50, offset: int = 0, include_images: bool = False
 ) -> dict[str, Any]:
     """The illustrations of one book in page order, as gallery items. Unknown book: not_found."""
-    book = require_book(services, book_id)
-    ids = [r["id"] for r in services.catalog.book_illustrations(book["id"])]
-    items = gallery_items(services, ids[offset : offset + limit])
+    book = await require_book(services, book_id)
+    ids = [r["id"] for r in await services.db.book_illustrations(book["id"])]
+    items = await gallery_items(services, ids[offset : offset + limit])
     return envelope(items, total=len(ids), limit=limit, offset=offset, book=book_summary(services, book))
 
 
-def _require_collection(services: Services, slug: str) -> dict[str, Any]:
-    row = services.catalog.collection(slug)
+async def _require_collection(services: Services, slug: str) -> dict[str, Any]:
+    row = await services.db.collection(slug)
     if row is None:
-        known = [c["slug"] for c in services.catalog.collections()]
+        known = [c["slug"] for c in await services.db.collections()]
         raise NotFound(
             f"No collection has the slug {slug!r}.",
             recovery=[f"Use one of: {', '.join(known)}." if known else "This library has no collections yet."],
@@ -299,8 +299,8 @@ def _collection_entry(services: Services, row: dict[str, Any], items: list[dict[
 @tool("list_collections", {"properties": {"include_images": INCLUDE_IMAGES}})
 async def list_collections(services: Services, call: Call, include_images: bool = False) -> dict[str, Any]:
     """Curated image collections with a cover image and their number of (live) images."""
-    rows = services.catalog.collections()
-    out = [_collection_entry(services, row, gallery_items(services, row["item_ids"])) for row in rows]
+    rows = await services.db.collections()
+    out = [_collection_entry(services, row, await gallery_items(services, row["item_ids"])) for row in rows]
     return envelope(out, total=len(out), limit=len(out))
 
 
@@ -313,6 +313,6 @@ async def list_collections(services: Services, call: Call, include_images: bool 
 )
 async def get_collection(services: Services, call: Call, slug: str, include_images: bool = False) -> dict[str, Any]:
     """One collection with its resolved items; ``imageCount`` always equals ``len(items)``. Unknown slug: not_found."""
-    row = _require_collection(services, slug)
-    items = gallery_items(services, row["item_ids"])
+    row = await _require_collection(services, slug)
+    items = await gallery_items(services, row["item_ids"])
     return {**_collection_entry(services, row, items), "items": items}

@@ -59,8 +59,8 @@ def _clean_classes() -> list[str]:
     return [c.name.removeprefix("key:") for c in CLASSES.values() if c.clean_allowed]
 
 
-def _page_target(services: Services, book_id: str, number: int, tier: str) -> Target:
-    row = services.catalog.page_image(book_id, number, tier)  # the hot path of /image: one indexed look-up
+async def _page_target(services: Services, book_id: str, number: int, tier: str) -> Target:
+    row = await services.db.page_image(book_id, number, tier)  # the hot path of /image: one indexed look-up
     if row is None:
         raise unknown_book(book_id)
     if row["page_id"] is None:
@@ -81,16 +81,16 @@ def _page_target(services: Services, book_id: str, number: int, tier: str) -> Ta
     return Target(row, number, f"{row['slug']}-p{number}", rendition)
 
 
-def _illustration_target(services: Services, illustration_id: str, tier: str) -> Target:
-    ill = services.catalog.illustration(illustration_id)
+async def _illustration_target(services: Services, illustration_id: str, tier: str) -> Target:
+    ill = await services.db.illustration(illustration_id)
     if ill is None:
         raise NotFound(
             f"No illustration has the id {illustration_id!r}.",
             recovery=["Find illustration ids with GET /gallery or the search_images tool."],
             details={"illustration": illustration_id},
         )
-    book = require_book(services, ill["book_id"], counts=False)
-    rendition = services.catalog.renditions([ill["id"]])[ill["id"]].get(tier)
+    book = await require_book(services, ill["book_id"], counts=False)
+    rendition = (await services.db.renditions([ill["id"]]))[ill["id"]].get(tier)
     return Target(book, ill["page_number"], f"{book['slug']}-p{ill['page_number']}-{ill['idx']}", rendition)
 
 
@@ -134,9 +134,9 @@ async def locate_image(
     if clean:
         require_clean(call)
     if illustration is not None:
-        target = _illustration_target(services, illustration, tier)
+        target = await _illustration_target(services, illustration, tier)
     else:
-        target = _page_target(services, book, page, tier)  # type: ignore[arg-type]
+        target = await _page_target(services, book, page, tier)  # type: ignore[arg-type]
     book_row, number, name, rendition = target
     if rendition is None:
         raise NotFound(f"No {tier} image is stored for {name}.", recovery=["Ask an operator to re-run ingest."])

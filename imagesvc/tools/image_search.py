@@ -119,7 +119,7 @@ def _unbase64(text: str) -> bytes:
 async def search_by_picture(services: Services, data: bytes, book_id: str | None, limit: int) -> dict[str, Any]:
     """The tool's work on raw bytes, once admitted (``image_work``): decoding on the search pool, then matching."""
     picture = await image_work(services).run(decode_upload, services, data)
-    book = require_book(services, book_id)["id"] if book_id is not None else None
+    book = (await require_book(services, book_id))["id"] if book_id is not None else None
     engine = engine_for(services)
     snap = await engine.snapshot()
     table = snap.table
@@ -128,14 +128,14 @@ async def search_by_picture(services: Services, data: bytes, book_id: str | None
         live = {iid for iid in live if table.book_ids[table.book[table.row_of(iid)]] == book}  # type: ignore[index]
     matches = (await matcher_for(services).same_block(picture, live, run=image_work(services).run))[:limit]
     extra = [{"match": m.correlation, "distance": m.distance} for m in matches]
-    same = gallery_items(services, [m.id for m in matches], extra)
+    same = await gallery_items(services, [m.id for m in matches], extra)
     similar = None
     if snap.matrix is not None and engine.encoder is not None:
         vector = (await image_work(services).run(engine.encoder.encode_images, [picture]))[0]
         q = Query(book_ids=(book,) if book else None, max_per_book=1000, limit=limit)
         ranked = await image_work(services).run(rank, table, q, snap.matrix, vector, None)
         extra = [{"similarity": s} for s in ranked.similarity]
-        similar = gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
+        similar = await gallery_items(services, [table.ids[r] for r in ranked.rows], extra)
     status = engine.status(snap)
     status["blocks"] = matcher_for(services).state()
     status["signals"] = ["block-hashes", *(["clip"] if similar is not None else [])]

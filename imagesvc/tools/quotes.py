@@ -127,17 +127,17 @@ async def get_quote(
     Costs one text unit, plus one per context page served; context pages that no longer fit the budget are left
     out (``truncated: true``). Errors: unknown book or page (404, naming the valid range), budget exhausted (429).
     """
-    book = require_book(services, book_id)
-    row = services.catalog.page(book["id"], page)
+    book = await require_book(services, book_id)
+    row = await services.db.page(book["id"], page)
     if row is None:
-        raise no_page(book, services.catalog.page_numbers(book["id"]), f"page {page}")
+        raise no_page(book, await services.db.page_numbers(book["id"]), f"page {page}")
     await call.meter.reserve(TEXT_POOL, 1)
     sealer = Sealer.for_call(book, call.caller.key_ref, services.colophon_secret)
     ref = book_ref(services, book)
     body = {"book_id": ref.pop("id"), **ref, **_quote(services, book, row, sealer, include_original)}
     served, requested, reason = 1, 1, None
     if include_context:
-        around = [p for p in (services.catalog.page(book["id"], page + d) for d in (-1, 1)) if p is not None]
+        around = [p for p in [await services.db.page(book["id"], page + d) for d in (-1, 1)] if p is not None]
         requested += len(around)
         try:
             granted = await reserve_text(call, len(around))
@@ -208,8 +208,8 @@ async def get_quotes(
             "Give either 'pages' (a list) or 'from' (with optional 'to'), not both and not neither.",
             recovery=[f"Example: pages=[3, 5] or from=3, to=10 (at most {MAX_QUOTES} pages)."],
         )
-    book = require_book(services, book_id)
-    numbers = services.catalog.page_numbers(book["id"])
+    book = await require_book(services, book_id)
+    numbers = await services.db.page_numbers(book["id"])
     if pages is None:
         last_held = numbers[-1] if numbers else bounds["from"]
         default_last = max(bounds["from"], min(last_held, bounds["from"] + MAX_QUOTES - 1))
@@ -234,7 +234,7 @@ async def get_quotes(
     sealer = Sealer.for_call(book, call.caller.key_ref, services.colophon_secret)
     quotes = []
     for number in wanted[:granted]:
-        row = services.catalog.page(book["id"], number)
+        row = await services.db.page(book["id"], number)
         assert row is not None  # checked above, in this same request
         body = _quote(services, book, row, sealer, include_original)
         quotes.append({"quote": body, "citation": citation(book, number, body["citation_url"])})

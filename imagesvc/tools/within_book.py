@@ -70,7 +70,7 @@ async def search_within_book(
             details={"argument": "q"},
         )
     fields = list(FIELDS) if field == "all" else [field]
-    book = require_book(services, book_id, counts=False)
+    book = await require_book(services, book_id, counts=False)
     # Both steps read and fold page texts (a phrase is checked in every text holding its words): in a worker thread,
     # on a catalog connection of its own, so a long book never holds the event loop.
     found, total = await asyncio.to_thread(_find, services.catalog, book["id"], words, fields, limit, skip)

@@ -23,7 +23,7 @@ __all__ = ["UNCOUNTED_API_PATHS", "UNCOUNTED_SITE_PATHS", "access_middleware"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Free routes: they count against nothing (the quota endpoint must not spend what it reports).
-UNCOUNTED_SITE_PATHS = frozenset({"/health", "/llms.txt", "/metrics"})
+UNCOUNTED_SITE_PATHS = frozenset({"/health", "/health/live", "/health/ready", "/llms.txt", "/metrics"})
 UNCOUNTED_API_PATHS = frozenset({"/rate_limit", "/openapi.json"})  # under the base path
 
 # Deep zoom asks for dozens of tiles a screen: IIIF requests are not held to the request limit; each one is charged

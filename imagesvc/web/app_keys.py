@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from imagesvc.access import AccessState
@@ -25,6 +27,7 @@ __all__ = [
     "REQUEST_DENIED",
     "REQUEST_ID",
     "SERVICES",
+    "WARM_UP",
 ]
 
 SERVICES = web.AppKey("services", Services)
@@ -33,6 +36,7 @@ IDENTIFIER = web.AppKey("identifier", Identifier)
 METRICS = web.AppKey("metrics", Metrics)
 IIIF = web.AppKey("iiif", IiifRuntime)
 HEALTH_COUNTS = web.AppKey("health_counts", CatalogCounts)
+WARM_UP = web.AppKey("warm_up", asyncio.Task)  # a serving process's search warm-up (readiness waits for it)
 
 REQUEST_ID = web.RequestKey("request_id", str)
 # a denial (request limit, bad key) that /mcp reports in each tool call's result

@@ -59,7 +59,7 @@ async def archive(request: web.Request, arguments: dict[str, Any]) -> web.Stream
     request, one image unit per page image (metered as /image), resumable by page with from."""
     services = request.app[SERVICES]
     call = tool_call(request)
-    plan = plan_archive(
+    plan = await plan_archive(
         services,
         call,
         book_id=request.match_info["book_id"],

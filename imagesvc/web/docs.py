@@ -67,7 +67,17 @@ _UPLOAD_PAGE_ERRORS = _PAGE_ERRORS | {
 _JSON_RPC_ERROR = {"type": "object", "required": ["jsonrpc", "error"], "properties": {"error": {"type": "object"}}}
 
 ROUTE_DOCS: dict[tuple[str, str], RouteDoc] = {
-    ("GET", "/health"): RouteDoc(extra={"503": {"description": "The object store does not answer."}}),
+    ("GET", "/health"): RouteDoc(
+        extra={"503": {"description": "The object store does not answer, or the catalog not within its deadline."}}
+    ),
+    ("GET", "/health/live"): RouteDoc(
+        "Liveness: the process runs. Always 200 at once; asks no dependency (restart a node only on this)."
+    ),
+    ("GET", "/health/ready"): RouteDoc(
+        "Readiness: 200 when the catalog, the access backend and the object store answer within the catalog "
+        "deadline and the search warm-up has finished; route traffic to a node only on this.",
+        extra={"503": {"description": "Not ready: down names what does not answer (catalog, access, store, search)."}},
+    ),
     ("GET", "/img/{path}"): RouteDoc(media="image/jpeg", extra={"304": {"description": "Not modified."}}),
     ("GET", "/image"): RouteDoc(media="image/jpeg", extra={"304": {"description": "Cached."}}),
     ("GET", "/metrics"): RouteDoc("Prometheus metrics (text format 0.0.4).", media="text/plain"),

@@ -38,7 +38,7 @@ class CatalogCounts:
 
     async def _refresh(self, catalog: Any, key: Hashable) -> dict[str, int]:
         try:
-            value = await asyncio.to_thread(self._read, catalog)
+            value = await catalog.gate.run(self._read, catalog)  # the catalog's threads, under its deadline
         finally:
             self._job = None
         self._value, self._key = value, key

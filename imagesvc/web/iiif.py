@@ -138,17 +138,17 @@ async def image(request: web.Request, arguments: dict[str, Any]) -> web.StreamRe
 
 async def manifest(request: web.Request) -> web.Response:
     """``GET /iiif/3/manifest/{book_id}``: the book as a Presentation 3 Manifest."""
-    body = manifest_document(request.app[SERVICES], request.match_info["book_id"], service_base(request))
+    body = await manifest_document(request.app[SERVICES], request.match_info["book_id"], service_base(request))
     return _json_ld(request, body, PRESENTATION_CONTEXT, {"Cache-Control": "public, max-age=3600"})
 
 
 async def collection(request: web.Request) -> web.Response:
     """``GET /iiif/3/collection/{slug}``: a curated collection as a Presentation 3 Collection."""
-    body = collection_document(request.app[SERVICES], request.match_info["slug"], service_base(request))
+    body = await collection_document(request.app[SERVICES], request.match_info["slug"], service_base(request))
     return _json_ld(request, body, PRESENTATION_CONTEXT, {"Cache-Control": "public, max-age=3600"})
 
 
 async def collections(request: web.Request) -> web.Response:
     """``GET /iiif/3/collections``: every curated collection as one top-level Collection."""
-    body = collections_index(request.app[SERVICES], service_base(request))
+    body = await collections_index(request.app[SERVICES], service_base(request))
     return _json_ld(request, body, PRESENTATION_CONTEXT, {"Cache-Control": "public, max-age=3600"})

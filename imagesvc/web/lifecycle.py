@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from imagesvc.settings import Settings
-from imagesvc.web.app_keys import SERVICES
+from imagesvc.web.app_keys import SERVICES, WARM_UP
 
 __all__ = ["add_serving_hooks"]
 
@@ -47,6 +47,7 @@ def add_serving_hooks(app: web.Application, settings: Settings) -> None:
         from imagesvc.search.by_image import warm_up
 
         task = asyncio.ensure_future(warm_up(app[SERVICES]))
+        app[WARM_UP] = task  # /health/ready answers 200 only once it is done
         warming.add(task)
         task.add_done_callback(warming.discard)
 

@@ -63,7 +63,7 @@ async def health(request: web.Request, arguments: dict[str, Any]) -> web.Respons
         "status": "ok" if storage["reachable"] else "degraded",
         "version": __version__,
         "storage": storage,
-        "catalog": await request.app[HEALTH_COUNTS].get(services.catalog, services.catalog.change_stamp()),
+        "catalog": await request.app[HEALTH_COUNTS].get(services.catalog, await services.db.change_stamp()),
         "search": engine.status(),
         "image_host": services.settings.image_base,
     }

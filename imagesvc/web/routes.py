@@ -14,7 +14,7 @@ from aiohttp import web
 from imagesvc.pages import assets as page_assets
 from imagesvc.pages import illustrations as page_illustrations
 from imagesvc.pages import reading as page_reading
-from imagesvc.web import archive, docs, gallery, iiif, image_search, images, mcp, metrics, quota, rest, text
+from imagesvc.web import archive, docs, gallery, iiif, image_search, images, mcp, metrics, probes, quota, rest, text
 from imagesvc.web.params import check_declared, strict
 
 __all__ = ["API", "ROUTES", "SITE", "Route", "add_routes", "mounted"]
@@ -37,6 +37,8 @@ class Route:
 
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/health", rest.health, SITE),
+    Route("GET", "/health/live", probes.live, SITE),
+    Route("GET", "/health/ready", probes.ready, SITE),
     Route("GET", "/metrics", metrics.metrics, SITE),
     Route("GET", "/llms.txt", docs.llms_txt, SITE),
     Route("GET", "/img/{path:.+}", rest.public_image, SITE),

@@ -37,6 +37,7 @@ from tests.library import settings_for
 from tests.test_faults import Redis, assert_unavailable
 
 FREE = "free"  # delivers content that is never counted: the one written rule (docs/operations.md)
+PROBE = "free-probe"  # free and delivers nothing: liveness and readiness, which no caller's limits may refuse
 TEXT = "text-priced"  # delivers page text: charged to the text pool
 IMAGE = "image-priced"  # delivers pixels: charged to the image pool
 METADATA = "metadata"  # delivers neither page text nor pixels (catalog rows, URLs, documents, figures)
@@ -51,6 +52,8 @@ SLUG = "demo-speculum-fornacum"
 # {collection} and {img} filled in from the demo library).
 DOORS: dict[tuple[str, str], tuple[str, str]] = {
     ("GET", "/health"): (METADATA, "/health"),
+    ("GET", "/health/live"): (PROBE, "/health/live"),
+    ("GET", "/health/ready"): (PROBE, "/health/ready"),
     ("GET", "/metrics"): (METADATA, "/metrics"),
     ("GET", "/llms.txt"): (METADATA, "/llms.txt"),
     ("GET", "/img/{path:.+}"): (FREE, "/img/{img}"),
@@ -222,6 +225,8 @@ async def test_with_the_pools_spent_no_door_delivers_anything_priced(client: Tes
                 assert 'class="body"' not in await resp.text(), where
         elif kind == FREE:
             assert resp.status == 200 and _delivers_pixels(resp), where  # the public marked tiers stay free
+        elif kind == PROBE:
+            assert resp.status == 200 and not _delivers_pixels(resp), where
         elif kind in (KEY_IMAGE, KEY_METADATA):  # a session is no key
             assert resp.status == 401 and resp.content_type == "application/json", where
         else:
@@ -296,6 +301,12 @@ async def test_with_the_access_backend_down_no_door_delivers_anything_metered(
                     await assert_unavailable(resp)
             elif kind == FREE:
                 assert resp.status == 200 and _delivers_pixels(resp), where  # never metered, so still served
+            elif kind == PROBE:  # alive; not ready, and it says the access backend is what is down, not where it is
+                assert resp.status == (503 if url.endswith("/ready") else 200), where
+                if resp.status == 503 and method == "GET":
+                    text = await resp.text()
+                    assert (await resp.json()).get("down") == ["access"], (where, text)
+                    assert "127.0.0.1" not in text and str(redis.port) not in text, (where, text)
             else:
                 assert resp.status < 500 or resp.status == 503, where
                 assert not _delivers_pixels(resp), where

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from imagesvc.catalog import Catalog
 from imagesvc.web.health_counts import CatalogCounts
 
 
@@ -21,12 +22,12 @@ class Reads:
 
 
 async def test_probes_between_changes_read_nothing_and_a_change_is_read_before_answering() -> None:
-    reads, catalog = Reads(), object()
+    reads, catalog = Reads(), Catalog(":memory:")
     counts = CatalogCounts(reads)
     assert await asyncio.gather(*(counts.get(catalog, 1) for _ in range(20))) == [{"books": 1}] * 20
     assert reads.calls == 1  # twenty concurrent probes, one read
     assert await counts.get(catalog, 2) == {"books": 2}  # the catalog changed: fresh counts, not the old ones
-    assert await counts.get(object(), 2) == {"books": 3}  # another catalog (a followed snapshot) is read too
+    assert await counts.get(Catalog(":memory:"), 2) == {"books": 3}  # another catalog (a followed snapshot) is read
 
 
 async def test_a_failed_read_is_an_error_for_the_probe_that_waited_and_is_tried_again() -> None:
@@ -38,7 +39,7 @@ async def test_a_failed_read_is_an_error_for_the_probe_that_waited_and_is_tried_
             raise RuntimeError("database is down")
         return {"books": 7}
 
-    counts = CatalogCounts(flaky)
+    counts, catalog = CatalogCounts(flaky), Catalog(":memory:")
     with pytest.raises(RuntimeError):
-        await counts.get(object(), 1)
-    assert await counts.get(object(), 1) == {"books": 7}
+        await counts.get(catalog, 1)
+    assert await counts.get(catalog, 1) == {"books": 7}
