@@ -5,7 +5,8 @@ Its cost is linear in the query's distinct words: a word or phrase asked twice i
 looked up once, and the texts a phrase must be checked in are read once (in batches), folded once and checked for
 every phrase of the query there, only on the pages that hold every word's terms. ``SearchWork`` counts that work in
 units of about a microsecond of CPU each; past its limit the search stops with ``SearchTooCostly`` (a 400: the same
-query on the same book always costs the same, so a retry cannot help, a narrower query can).
+query on the same book always costs the same, so a retry cannot help, a narrower query can). The phrase checks, the
+costly part, are priced at their most before any text is read, so such a query is refused after its index look-ups.
 """
 
 from __future__ import annotations
@@ -61,17 +62,22 @@ class SearchWork:
     texts_read: int = 0
     checks: int = 0
 
+    def cost(self, *, lookups: int = 0, entries: int = 0, texts_read: int = 0, checks: int = 0) -> int:
+        """The units of the work named."""
+        return lookups * self.LOOKUP + entries * self.ENTRY + texts_read * self.TEXT + checks * self.CHECK
+
     @property
     def spent(self) -> int:
-        return (
-            self.lookups * self.LOOKUP
-            + self.entries * self.ENTRY
-            + self.texts_read * self.TEXT
-            + self.checks * (self.CHECK)
-        )
+        return self.cost(lookups=self.lookups, entries=self.entries, texts_read=self.texts_read, checks=self.checks)
+
+    def afford(self, **work: int) -> None:
+        """``SearchTooCostly`` unless the work named (``cost``'s arguments) fits in what is left: asked before
+        reading any text, with the most the phrase checks can cost, so a query past the limit is refused early."""
+        if self.limit is not None and self.spent + self.cost(**work) > self.limit:
+            raise SearchTooCostly(self.spent + self.cost(**work), self.limit)
 
     def charge(self, *, lookups: int = 0, entries: int = 0, texts_read: int = 0, checks: int = 0) -> None:
-        """Count work about to be done (or just done); ``SearchTooCostly`` once the total passes the limit."""
+        """Count work just done; ``SearchTooCostly`` once the total passes the limit."""
         self.lookups += lookups
         self.entries += entries
         self.texts_read += texts_read
@@ -112,8 +118,10 @@ def _check_phrases(
     phrases: list[tuple[set[int], Phrase]], read: Callable[[set[int]], dict[int, str]], work: SearchWork
 ) -> None:
     """Keep in each phrase's texts only those that hold it in order: every text any phrase needs is read once (in
-    batches of ``READ_BATCH``) and folded once; a page that lacks one phrase in all its texts is checked no further."""
+    batches of ``READ_BATCH``) and folded once; a page that lacks one phrase in all its texts is checked no further. The
+    most this can cost is asked of ``work`` first."""
     keys = sorted(set().union(*(rows for rows, _ in phrases)))
+    work.afford(texts_read=len(keys), checks=sum(len(rows) for rows, _ in phrases))
     by_page = [list(page_keys) for _, page_keys in groupby(keys, key=lambda key: key >> FIELD_BITS)]
     step = max(1, READ_BATCH // len(FIELDS))  # whole pages a batch: a page is judged on all its texts at once
     for at in range(0, len(by_page), step):
