@@ -340,6 +340,20 @@ class Settings:
         "Bytes of decoded pixels the searches by image running at once may hold; a search waits for its share.",
         _positive_int,
     )
+    within_book_per_caller: int = _opt(
+        2,
+        "Searches inside books (search_within_book) one caller (address or key) may have running or queued at once; "
+        "more is a 429.",
+        _positive_int,
+    )
+    within_book_threads: int = _opt(
+        2, "Threads of the pool that runs searches inside books (the searches that run at once).", _positive_int
+    )
+    within_book_queue: int = _opt(
+        16,
+        "Searches inside books that may wait for a thread; past that a search is refused with a 503.",
+        _non_negative_int,
+    )
     # Not a variable: whether IMAGESVC_SITE_URL was given (so public ids may be built from it rather than from the
     # Host header a client sent), as opposed to filled with the default http://HOST:PORT.
     site_url_configured: bool = field(default=False, compare=False)

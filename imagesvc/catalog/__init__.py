@@ -23,6 +23,7 @@ from typing import Any
 
 from imagesvc.catalog import page_text
 from imagesvc.catalog.gate import DEFAULT_DEADLINE, CatalogGate
+from imagesvc.catalog.page_rank import SearchWork
 from imagesvc.catalog.schema import SCHEMA_VERSION, migrate
 from imagesvc.catalog.text_fold import Word
 
@@ -261,11 +262,18 @@ class Catalog:
         return rows
 
     def search_pages(
-        self, book_id: str, words: list[Word], fields: list[str], *, limit: int, offset: int
+        self,
+        book_id: str,
+        words: list[Word],
+        fields: list[str],
+        *,
+        limit: int,
+        offset: int,
+        work: SearchWork | None = None,
     ) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
         """``([(page number, score, texts holding a word)], total)``: the book's pages whose ``fields`` hold every
-        word, best first (``page_text.search``)."""
-        return page_text.search(self._conn, book_id, words, fields, limit=limit, offset=offset)
+        word, best first (``page_text.search``); ``work`` counts and bounds its work (``page_rank.SearchWork``)."""
+        return page_text.search(self._conn, book_id, words, fields, limit=limit, offset=offset, work=work)
 
     def page(self, book_id: str, number: int) -> dict[str, Any] | None:
         return self.query_one("SELECT * FROM pages WHERE book_id = ? AND number = ?", (book_id, number))

@@ -9,17 +9,18 @@ in the rest of the library. (FTS5 walks on past a range's end for a phrase, a co
 match anywhere: 71 ms for a phrase the book lacks at 180,000 pages; and its bm25 counts each term's pages across the
 whole library on every query, 47 ms for a word of every translation. Neither is used.)
 
-This module is the SQLite dialect of page search, and the ranking every dialect shares (``rank``); PostgreSQL's is
-``page_text_sql``, with the same ``search`` contract.
+This module is the SQLite dialect of page search; PostgreSQL's is ``page_text_sql``, with the same ``search``
+contract; the ranking both share, and the work budget of one search, are ``page_rank``'s.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from imagesvc.catalog.text_fold import Word, fold, index_text
+from imagesvc.catalog.page_rank import FIELD_BITS, FIELDS, SearchWork, rank
+from imagesvc.catalog.text_fold import Word, index_text
 
 __all__ = [
     "FIELDS",
@@ -33,8 +34,6 @@ __all__ = [
     "unindex_pages",
 ]
 
-FIELDS = ("ocr", "translation", "original")
-FIELD_BITS = 2
 PAGE_BITS = 20  # page numbers are at most 1,000,000 (< 2**20): the manifest schema's limit
 BOOK_SHIFT = PAGE_BITS + FIELD_BITS
 
@@ -112,21 +111,28 @@ def build(conn: sqlite3.Connection) -> int:
     return count
 
 
-def _best_first(item: tuple[int, float]) -> tuple[float, int]:
-    return -item[1], item[0]
-
-
 def _batched(cursor: sqlite3.Cursor) -> Iterable[tuple[object, ...]]:
     while batch := cursor.fetchmany(500):
         yield from batch
 
 
-def _text(conn: Any, book_id: str, key: int) -> str:
-    """The text a book-local key (``page << FIELD_BITS | field``) stands for, from ``pages``."""
-    field = FIELDS[key & ((1 << FIELD_BITS) - 1)]
-    number = (key >> FIELD_BITS) & ((1 << PAGE_BITS) - 1)
-    found = conn.execute(f"SELECT {field} FROM pages WHERE book_id = ? AND number = ?", (book_id, number)).fetchone()
-    return (found[0] if found else None) or ""
+def _read(conn: Any, book_id: str, keys: set[int]) -> dict[int, str]:
+    """The texts book-local keys (``page << FIELD_BITS | field``) stand for, from ``pages``: one query for the pages
+    named, reading only the fields named."""
+    mask = (1 << FIELD_BITS) - 1
+    numbers = sorted({key >> FIELD_BITS for key in keys})
+    columns = sorted({key & mask for key in keys})
+    found = conn.execute(
+        f"SELECT number, {', '.join(FIELDS[i] for i in columns)} FROM pages WHERE book_id = ?"
+        f" AND number IN ({', '.join('?' * len(numbers))})",
+        (book_id, *numbers),
+    ).fetchall()
+    out: dict[int, str] = {}
+    for number, *values in found:
+        for i, value in zip(columns, values, strict=True):
+            if (key := number << FIELD_BITS | i) in keys:
+                out[key] = value or ""
+    return out
 
 
 def search(
@@ -137,9 +143,11 @@ def search(
     *,
     limit: int,
     offset: int,
+    work: SearchWork | None = None,
 ) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
     """``([(page number, score, texts)], total)``: the book's pages on which every word stands in one of the ``fields``
-    texts (a word's terms all in that one text), best first, and how many pages match in all (``rank``)."""
+    texts (a word's terms all in that one text), best first, and how many pages match in all (``page_rank.rank``,
+    which counts its work in ``work``)."""
     n = _book_number(conn, book_id, create=False)
     if n is None or not words:
         return [], 0
@@ -155,48 +163,4 @@ def search(
         )
         return {rowid & local for (rowid,) in found if rowid & ((1 << FIELD_BITS) - 1) in wanted}
 
-    def read(keys: set[int]) -> dict[int, str]:
-        return {key: _text(conn, book_id, key) for key in keys}
-
-    return rank(words, texts, read, limit=limit, offset=offset)
-
-
-def rank(
-    words: Sequence[Word],
-    texts: Callable[[str], set[int]],
-    read: Callable[[set[int]], dict[int, str]],
-    *,
-    limit: int,
-    offset: int,
-) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
-    """The search's answer from a dialect's look-ups (shared by every backend): ``texts(term)`` gives the keys
-    (``page << FIELD_BITS | field``) of the book's wanted texts holding the term, ``read(keys)`` those texts as stored
-    (one query on PostgreSQL, where each statement is a round trip).
-
-    A quoted phrase (or ``golden-age``) must stand in order: its texts are read to check. The score is the number of
-    the page's texts that hold every word, plus a tenth for each text holding one of them; ties go in page order."""
-    holding: dict[str, set[int]] = {}
-    for word in words:
-        for term in word.terms:
-            if term not in holding:
-                holding[term] = texts(term)
-    per_word = [set.intersection(*(holding[t] for t in word.terms)) for word in words]  # texts holding the word
-    for word, rows in zip(words, per_word, strict=True):
-        if word.ordered:  # a phrase: its terms are in these texts; read each to see them in order
-            rows.intersection_update({row for row, text in read(rows).items() if word.in_folded(fold(text))})
-    matching = set.intersection(*({row >> FIELD_BITS for row in rows} for rows in per_word))
-    score = dict.fromkeys(matching, 0.0)
-    for rows in per_word:
-        for row in rows:
-            if (page := row >> FIELD_BITS) in score:
-                score[page] += 0.1
-    for row in set.intersection(*per_word):  # texts holding every word
-        score[row >> FIELD_BITS] += 1
-    ranked = sorted(((page, round(points, 1)) for page, points in score.items()), key=_best_first)
-    shown = ranked[offset : offset + limit]
-    held = {row for rows in per_word for row in rows}
-    out = []
-    for page, points in shown:
-        base = page << FIELD_BITS
-        out.append((page, points, tuple(f for i, f in enumerate(FIELDS) if base | i in held)))
-    return out, len(ranked)
+    return rank(words, texts, lambda keys: _read(conn, book_id, keys), limit=limit, offset=offset, work=work)

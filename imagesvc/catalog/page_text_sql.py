@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from imagesvc.catalog.page_text import FIELD_BITS, FIELDS, rank
+from imagesvc.catalog.page_rank import FIELD_BITS, FIELDS, SearchWork, rank
 from imagesvc.catalog.text_fold import Word, index_terms
 
 __all__ = ["build", "index_page", "index_pages", "search", "unindex_page", "unindex_pages"]
@@ -74,9 +74,10 @@ def search(
     *,
     limit: int,
     offset: int,
+    work: SearchWork | None = None,
 ) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
     """``([(page number, score, texts)], total)``: the book's pages on which every word stands in one of the ``fields``
-    texts, best first, and how many pages match in all (``page_text.rank``)."""
+    texts, best first, and how many pages match in all (``page_rank.rank``, which counts its work in ``work``)."""
     wanted = [i for i, f in enumerate(FIELDS) if f in fields]
     if not words or not wanted:
         return [], 0
@@ -89,14 +90,15 @@ def search(
         return {row["number"] << FIELD_BITS | row["field"] for row in rows}
 
     def read(keys: set[int]) -> dict[int, str]:
-        """The texts ``keys`` stand for, in one query (by the primary key's book and page range)."""
+        """The texts ``keys`` stand for, in one query (by the primary key's book and page range), only the fields
+        named (a text is ~2 KB, in TOAST: a field not asked for is never decompressed or sent)."""
+        mask = (1 << FIELD_BITS) - 1
         numbers = sorted({key >> FIELD_BITS for key in keys})
+        columns = [FIELDS[i] for i in sorted({key & mask for key in keys})]
         rows = catalog.query_all(
-            "SELECT number, ocr, translation, original FROM pages WHERE book_id = ? AND number = ANY(?)",
-            (book_id, numbers),
+            f"SELECT number, {', '.join(columns)} FROM pages WHERE book_id = ? AND number = ANY(?)", (book_id, numbers)
         )
         by_number = {row["number"]: row for row in rows}
-        mask = (1 << FIELD_BITS) - 1
         return {key: (by_number.get(key >> FIELD_BITS) or {}).get(FIELDS[key & mask]) or "" for key in keys}
 
-    return rank(words, texts, read, limit=limit, offset=offset)
+    return rank(words, texts, read, limit=limit, offset=offset, work=work)

@@ -39,6 +39,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from imagesvc.catalog import Catalog, _row, page_text_sql
 from imagesvc.catalog.gate import DEFAULT_DEADLINE, CatalogGate
+from imagesvc.catalog.page_rank import SearchWork
 from imagesvc.catalog.schema import POSTGRES_FOLLOW_UPS, POSTGRES_MIGRATIONS, SCHEMA_VERSION
 from imagesvc.catalog.text_fold import Word
 from imagesvc.errors import Unavailable
@@ -361,10 +362,17 @@ class PostgresCatalog(Catalog):
         )
 
     def search_pages(
-        self, book_id: str, words: list[Word], fields: list[str], *, limit: int, offset: int
+        self,
+        book_id: str,
+        words: list[Word],
+        fields: list[str],
+        *,
+        limit: int,
+        offset: int,
+        work: SearchWork | None = None,
     ) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
         """As on SQLite, over the ``page_texts`` table (``page_text_sql.search``)."""
-        return page_text_sql.search(self, book_id, words, fields, limit=limit, offset=offset)
+        return page_text_sql.search(self, book_id, words, fields, limit=limit, offset=offset, work=work)
 
 
 class _Broken(Unavailable):

@@ -2,25 +2,30 @@
 asked for, best first, each with snippets and its citation URL.
 
 Metered as the other text tools are: a snippet is page text, so each page served costs one unit of the ``text`` pool;
-pages that no longer fit the budget are left out (``truncated_reason: budget``); a search that finds nothing costs
-nothing. Snippets served to a key carry a colophon, like every text a key is served.
+pages that no longer fit the budget are left out (``truncated_reason: budget``). The search itself is work whatever it
+finds, so it costs at least one unit, held before any work: a search that finds nothing costs what a search finding
+one page costs, and a caller whose pool is spent starts none. Snippets served to a key carry a colophon, like every
+text a key is served.
+
+The search runs on a pool of its own, admitted per caller (``page_search_work``), and within a work budget
+(``catalog.page_rank.SearchWork``: past it, a 400 naming the query).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from imagesvc.catalog.page_text import FIELDS
+from imagesvc.catalog.page_rank import FIELDS, SearchWork
 from imagesvc.catalog.reader import reader
 from imagesvc.catalog.text_fold import MAX_WORDS, Word, query_words
-from imagesvc.errors import InvalidRequest
+from imagesvc.errors import InvalidRequest, RateLimited
 from imagesvc.services import Services
 from imagesvc.surface.citations import Sealer, attribution
 from imagesvc.surface.snippets import snippet
 from imagesvc.tools import Call, tool
 from imagesvc.tools.books import require_book
-from imagesvc.tools.quotes import book_ref, counts, reserve_text
+from imagesvc.tools.page_search_work import page_search_work
+from imagesvc.tools.quotes import TEXT_POOL, book_ref, counts, reserve_text
 
 __all__ = ["IN", "MAX_HITS", "search_within_book"]
 
@@ -58,9 +63,10 @@ async def search_within_book(
     """Search inside one book's pages: the pages whose OCR, translation or original text hold every word, ranked
     best first, each with snippets (matches marked by offsets) and the page's citation URL; ``total`` counts them all.
 
-    One text unit per page served; when fewer remain, the best pages that fit are served (``truncated: true``). A
-    search that finds nothing costs nothing. Errors: a query with no letter or digit, or over 32 words (400), unknown
-    book (404), budget exhausted (429).
+    One text unit per page served, and at least one per search (a search that finds nothing costs one); when fewer
+    remain, the best pages that fit are served (``truncated: true``). Errors: a query with no letter or digit, over 32
+    words, or asking more work than one search may do (400), unknown book (404), budget exhausted or more searches
+    of this caller at once than allowed (429), every search thread busy and the queue full (503).
     """
     words = query_words(q)
     if not words or len(words) > MAX_WORDS:
@@ -69,14 +75,16 @@ async def search_within_book(
             recovery=[f'Give 1 to {MAX_WORDS} words (letters or digits, any script); quote a phrase with "...".'],
             details={"argument": "q"},
         )
+    words = list(dict.fromkeys(words))  # a word asked twice is searched for, and highlighted, once
     fields = list(FIELDS) if field == "all" else [field]
     book = await require_book(services, book_id, counts=False)
-    # Both steps read and fold page texts (a phrase is checked in every text holding its words): in a worker thread,
-    # on a catalog connection of its own, so a long book never holds the event loop.
-    found, total = await asyncio.to_thread(_find, services.catalog, book["id"], words, fields, limit, skip)
-    granted = await reserve_text(call, len(found))
-    sealer = Sealer.for_call(book, call.caller.key_ref, services.colophon_secret)
-    hits = await asyncio.to_thread(_hits, services, book, found[:granted], words, sealer)
+    async with page_search_work(services).admit(call.caller.subject) as place:
+        await call.meter.reserve(TEXT_POOL, 1)  # the search's own unit, before any work (a spent pool starts none)
+        # Both steps read and fold page texts: on the search pool's threads, each on a catalog connection of its own.
+        found, total = await place.run(_find, services.catalog, book["id"], words, fields, limit, skip)
+        granted = min(len(found), 1 + await _more_pages(call, len(found) - 1))
+        sealer = Sealer.for_call(book, call.caller.key_ref, services.colophon_secret)
+        hits = await place.run(_hits, services, book, found[:granted], words, sealer)
     reason = "budget" if granted < len(found) else None
     return {
         "book": book_ref(services, book),
@@ -94,11 +102,19 @@ async def search_within_book(
     }
 
 
+async def _more_pages(call: Call, wanted: int) -> int:
+    """Text units held for the pages served past the first (the search's own unit pays for that one)."""
+    try:
+        return await reserve_text(call, wanted) if wanted > 0 else 0
+    except RateLimited:
+        return 0
+
+
 def _find(
     catalog: Any, book_id: str, words: list[Word], fields: list[str], limit: int, skip: int
 ) -> tuple[list[tuple[int, float, tuple[str, ...]]], int]:
     with reader(catalog) as source:
-        return source.search_pages(book_id, words, fields, limit=limit, offset=skip)
+        return source.search_pages(book_id, words, fields, limit=limit, offset=skip, work=SearchWork())
 
 
 def _hits(
