@@ -6,12 +6,14 @@ from aiohttp import web
 
 from imagesvc.access import AccessState
 from imagesvc.access.identity import Caller, Identifier
+from imagesvc.access.ledger import Ledger
 from imagesvc.access.meter import Meter
 from imagesvc.errors import ImagesvcError
 from imagesvc.iiif.delivery import IiifRuntime
 from imagesvc.observability import Metrics
 from imagesvc.services import Services
 from imagesvc.web.health_counts import CatalogCounts
+from imagesvc.web.wire import Keeper, Wire
 
 __all__ = [
     "ACCESS",
@@ -19,12 +21,15 @@ __all__ = [
     "HEALTH_COUNTS",
     "IDENTIFIER",
     "IIIF",
+    "KEEPER",
+    "LEDGER",
     "METER",
     "METRICS",
     "RATE_HEADERS",
     "REQUEST_DENIED",
     "REQUEST_ID",
     "SERVICES",
+    "WIRE",
 ]
 
 SERVICES = web.AppKey("services", Services)
@@ -40,3 +45,7 @@ REQUEST_DENIED = web.RequestKey("request_denied", ImagesvcError)
 CALLER = web.RequestKey("caller", Caller)
 METER = web.RequestKey("meter", Meter)
 RATE_HEADERS = web.RequestKey("rate_headers", dict)
+# a metered delivery being sent: its reservations, the connection's positions, the task that settles them by it
+LEDGER = web.RequestKey("ledger", Ledger)
+WIRE = web.RequestKey("wire", Wire)
+KEEPER = web.RequestKey("keeper", Keeper)
