@@ -241,6 +241,12 @@ class Settings:
     archive_per_node: int = _opt(
         32, "Archives one node sends at once, across its workers; one more is a 503 with Retry-After.", _positive_int
     )
+    archive_send_buffer: int = _opt(
+        1 << 20,
+        "Kernel send buffer of an archive's connection, in bytes (SO_SNDBUF; 0: the kernel's own sizing). It bounds "
+        "what an archive holds for a client that stops reading; one archive's speed is at most this per round trip.",
+        _non_negative_int,
+    )
     archive_key_check: float = _opt(
         5.0,
         "Seconds between checks, while an archive streams, that its key is still valid; a revoked or expired key "

@@ -9,6 +9,7 @@ archive always ends cleanly; see ``imagesvc.tools.archive``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,6 +44,7 @@ class ArchiveResponse(KeptResponse):
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         self._head = request.method == "HEAD"
+        limit_send_buffer(request.transport, request.app[SERVICES].settings.archive_send_buffer)
         return await super().prepare(request)
 
     async def write_eof(self, data: bytes = b"") -> None:
@@ -56,6 +58,15 @@ class ArchiveResponse(KeptResponse):
             finally:
                 await asyncio.shield(members.aclose())
         await super().write_eof(data)
+
+
+def limit_send_buffer(transport: asyncio.BaseTransport | None, size: int) -> None:
+    """Give the connection a send buffer of ``size`` bytes (0: leave it to the kernel), so that a client that stops
+    reading holds at most that much of an archive in this machine's kernel, and members are made no further ahead."""
+    sock = None if transport is None or not size else transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
 
 
 @accepts(QUERY)
