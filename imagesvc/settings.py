@@ -236,6 +236,36 @@ class Settings:
         "(0: read every image from the store).",
         _non_negative_int,
     )
+    reservation_ttl: float = _opt(
+        300.0,
+        "Seconds a budget reservation holds units without being renewed. A delivery still being written renews its "
+        "reservations every third of this, so only those of a process that died lapse (docs/operations.md).",
+        _positive_float,
+    )
+    write_timeout: float = _opt(
+        60.0,
+        "Seconds a metered delivery (an image, an archive) may make no progress, its client acknowledging no byte, "
+        "before the server closes the connection and refunds what the client never received (docs/bulk.md).",
+        _positive_float,
+    )
+    archive_per_key: int = _opt(
+        4, "Archives one caller (a key) may download at once, across every node; one more is a 429.", _positive_int
+    )
+    archive_per_node: int = _opt(
+        32, "Archives one node sends at once, across its workers; one more is a 503 with Retry-After.", _positive_int
+    )
+    archive_send_buffer: int = _opt(
+        1 << 20,
+        "Kernel send buffer of an archive's connection, in bytes (SO_SNDBUF; 0: the kernel's own sizing). It bounds "
+        "what an archive holds for a client that stops reading; one archive's speed is at most this per round trip.",
+        _non_negative_int,
+    )
+    archive_key_check: float = _opt(
+        5.0,
+        "Seconds between checks, while an archive streams, that its key is still valid; a revoked or expired key "
+        "ends the archive with RESUME.txt.",
+        _positive_float,
+    )
     iiif_test_id: str = _opt(
         "", "IIIF identifier of the validator's test pattern, served unmarked from IIIF_TEST_IMAGE (empty: none).", str
     )

@@ -4,7 +4,9 @@ Budgets are rolling 24-hour windows, one per pool (``text``, ``images``), counte
 minute ``m`` (``floor(t / 60)``) counts until ``(m + 1) * 60 + 86400``: between 24 h and 24 h + 60 s, never less, so
 no 24-hour window ever holds more than the limit, and storage per subject and pool is bounded by 1,440 buckets
 whatever the traffic. A reservation is pending until committed or refunded; a pending one that neither happens to
-lapses after ``PENDING_TTL`` seconds so a crashed process cannot hold budget for ever.
+lapses after ``PENDING_TTL`` seconds (``IMAGESVC_RESERVATION_TTL``) unless it is extended, so a crashed process
+cannot hold budget for ever while a delivery that is still being written keeps its reservations for as long as it
+runs (``extend``).
 
 Request limits are a sliding-window log: at most ``limit`` hits in any ``window_seconds``; a hit ages out exactly
 ``window_seconds`` after it was made.
@@ -156,6 +158,11 @@ class AccessState(Protocol):
         """
         ...
 
+    async def extend(self, reservation: Reservation, now: float | None = None) -> bool:
+        """Keep a pending reservation for another ``pending_ttl`` seconds from ``now`` (a delivery still being
+        written). False, changing nothing, if it was settled already or had lapsed."""
+        ...
+
     async def refund(self, reservation: Reservation, now: float | None = None) -> bool:
         """Release a reservation when nothing was delivered (error, 304, client gone). False if already settled."""
         ...
@@ -197,11 +204,11 @@ def make_access(settings: Settings) -> AccessState:
     if settings.access_backend == "sqlite":
         from imagesvc.access.sqlite import SqliteAccess
 
-        return SqliteAccess(Path(settings.data_dir) / "access.sqlite3")
+        return SqliteAccess(Path(settings.data_dir) / "access.sqlite3", pending_ttl=settings.reservation_ttl)
     if settings.access_backend == "redis":
         from imagesvc.access.redis import RedisAccess
 
-        return RedisAccess(settings.redis_url)
+        return RedisAccess(settings.redis_url, pending_ttl=settings.reservation_ttl)
     raise ValueError(f"unknown access backend {settings.access_backend!r}; valid: {', '.join(BACKENDS)}")
 
 

@@ -119,6 +119,20 @@ class Meter:
             self.uncapped[pool] = self.uncapped.get(pool, 0) + milli
         other.reservations, other.uncapped = [], {}
 
+    def holds(self) -> bool:
+        """Whether anything waits to be settled (a reservation, or units of an uncapped pool)."""
+        return bool(self.reservations or self.uncapped)
+
+    async def extend(self) -> None:
+        """Keep every pending reservation for another reservation lifetime: the delivery is still being written.
+        One that lapsed anyway (the store was unreachable for a whole lifetime) is held again, from the pool as it is
+        now; a refusal then leaves it lapsed and its commit counts nothing."""
+        for index, held in enumerate(self.reservations):
+            if not await self.access.extend(held):
+                again = await self.access.reserve(held.subject, held.pool, held.units, held.limit)
+                if isinstance(again, Reservation):
+                    self.reservations[index] = again
+
     async def settle(self, delivered: bool) -> None:
         """Commit every reservation when the response went out, refund them all when it did not."""
         pending, self.reservations = self.reservations, []

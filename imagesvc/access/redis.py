@@ -86,6 +86,7 @@ class RedisAccess:
         self._reserve = self._redis.register_script(scripts.RESERVE)
         self._commit = self._redis.register_script(scripts.COMMIT)
         self._refund = self._redis.register_script(scripts.REFUND)
+        self._extend = self._redis.register_script(scripts.EXTEND)
         self._hit = self._redis.register_script(scripts.HIT)
         self._write_meter = self._redis.register_script(scripts.METER)
 
@@ -147,6 +148,14 @@ class RedisAccess:
         async with self._translate():
             counted = await self._commit(keys=keys, args=args)
         return int(counted) >= 0
+
+    async def extend(self, reservation: Reservation, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        keys = [self._key(reservation.subject, f"{kind}:{reservation.pool}") for kind in "pq"]
+        args = [reservation.id, repr(now), repr(now + self.pending_ttl), math.ceil(self.pending_ttl * 1000) + 60_000]
+        async with self._translate():
+            kept = await self._extend(keys=keys, args=args)
+        return int(kept) == 1
 
     async def refund(self, reservation: Reservation, now: float | None = None) -> bool:
         async with self._translate():

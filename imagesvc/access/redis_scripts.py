@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from imagesvc.access import BUCKET_SECONDS, BUDGET_WINDOW
 
-__all__ = ["COMMIT", "HIT", "METER", "REFUND", "RESERVE"]
+__all__ = ["COMMIT", "EXTEND", "HIT", "METER", "REFUND", "RESERVE"]
 
 # KEYS: usage, pending, pending expiry zset. ARGV: now, units, limit (-1: uncapped), partial (1/0), id, expires,
 # key ttl ms. Returns {1, granted, remaining} or {0, used, {time in bucket, units, ...}}: every live committed bucket
@@ -111,6 +111,20 @@ return n
 )
 
 REFUND = _SETTLE + "return n"
+
+# KEYS: pending, pending expiry zset. ARGV: id, now, new expiry, key ttl ms. Returns 1 when the reservation was still
+# pending (it now expires at ARGV[3]), 0 when it was settled or had lapsed (its units may be someone else's now).
+EXTEND = """
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return 0 end
+local n, created, expires = string.match(v, '^(%d+) (%S+) (%S+)$')
+if tonumber(expires) <= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], n .. ' ' .. created .. ' ' .. ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return 1
+"""
 
 # KEYS: hit log. ARGV: now, limit, window s, member, now - window (computed here: Lua prints only 14 digits).
 # Returns {1, count before, oldest} or {0, count, blocking hit}.

@@ -189,6 +189,16 @@ class SqliteAccess:
         con.execute(_METER_UPSERT, (r.subject, utc_day(r.created), r.pool, n))
         return True
 
+    async def extend(self, reservation: Reservation, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        return await self._run(self._extend, reservation.id, now)
+
+    def _extend(self, con: sqlite3.Connection, rid: str, now: float) -> bool:
+        updated = con.execute(
+            "UPDATE pending SET expires = ? WHERE id = ? AND expires > ?", (now + self.pending_ttl, rid, now)
+        )
+        return updated.rowcount > 0
+
     async def refund(self, reservation: Reservation, now: float | None = None) -> bool:
         return await self._run(self._refund, reservation.id)
 

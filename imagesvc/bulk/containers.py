@@ -24,7 +24,7 @@ from stream_zip import NO_COMPRESSION_64, stream_zip
 __all__ = ["FORMATS", "Member", "tar_chunks", "zip_chunks"]
 
 FORMATS = {"zip": "application/zip", "tar": "application/x-tar"}
-ZIP_CHUNK = 1 << 20  # output pieces of the ZIP stream
+ZIP_CHUNK = 1 << 16  # output pieces of the ZIP stream: a member counts as sent with the piece its end is in
 SHA256_PAX = "IMAGESVC.sha256"
 
 

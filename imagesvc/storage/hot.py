@@ -17,7 +17,7 @@ from typing import Any
 
 from imagesvc.storage import ObjectInfo, ObjectStore, StoredObject
 
-__all__ = ["HotObjects", "is_immutable"]
+__all__ = ["HotObjects", "is_immutable", "read_through"]
 
 _IMMUTABLE = re.compile(r"pub/.+-[0-9a-f]{8}\.[a-z]+")
 
@@ -25,6 +25,14 @@ _IMMUTABLE = re.compile(r"pub/.+-[0-9a-f]{8}\.[a-z]+")
 def is_immutable(key: str) -> bool:
     """Whether ``key`` names a public tier by its content hash, so that its bytes can never change."""
     return _IMMUTABLE.fullmatch(key) is not None
+
+
+async def read_through(store: ObjectStore, key: str) -> StoredObject:
+    """``key``'s object, taken from the hot cache when it is there but never added to it: for bulk reads (every page
+    of a book once), which would otherwise push out the popular pages the cache is for."""
+    if isinstance(store, HotObjects):
+        return await store.get(key, keep=False)
+    return await store.get(key)
 
 
 class HotObjects:
@@ -50,7 +58,8 @@ class HotObjects:
     def __len__(self) -> int:
         return len(self._entries)
 
-    async def get(self, key: str, *, byte_range: tuple[int, int] | None = None) -> StoredObject:
+    async def get(self, key: str, *, byte_range: tuple[int, int] | None = None, keep: bool = True) -> StoredObject:
+        """``key``'s object, from memory when kept; ``keep=False`` reads a missing one without keeping it."""
         if byte_range is not None or not self.max_bytes or not is_immutable(key):
             return await self.inner.get(key, byte_range=byte_range)
         entry = self._entries.get(key)
@@ -58,6 +67,8 @@ class HotObjects:
             self._entries.move_to_end(key)
             self.hits += 1
             return entry
+        if not keep:
+            return await self.inner.get(key)
         self.misses += 1
         writes = self._writes
         stored = await self.inner.get(key)

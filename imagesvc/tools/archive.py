@@ -3,7 +3,7 @@ members that fill it.
 
 Every image member is what ``/image`` would deliver for the same page, tier, ``clean`` and key (``locate_image`` and
 ``delivery_bytes``: the XMP note, then a C2PA manifest naming the key) and is metered as ``/image`` meters it: one
-image unit reserved before the member is made, committed once its bytes were handed to the client, refunded
+image unit reserved before the member is made, committed once the client acknowledged its last byte, refunded
 otherwise. A pool that runs dry (or a store that fails) mid-way ends the archive cleanly: the images sent so far,
 ``RESUME.txt`` saying where to go on, and the BagIt tag files, whose digests are of the bytes actually sent.
 """
@@ -11,14 +11,14 @@ otherwise. A pool that runs dry (or a store that fails) mid-way ends the archive
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+from imagesvc.access.ledger import Ledger
 from imagesvc.access.meter import Meter
 from imagesvc.bulk.bag import BAGIT_TXT, bag_info, manifest, sha256_hex
 from imagesvc.bulk.containers import FORMATS, Member
@@ -27,11 +27,20 @@ from imagesvc.errors import ImagesvcError, InvalidRequest, Unauthorized
 from imagesvc.imaging import TIERS
 from imagesvc.services import Services
 from imagesvc.storage import StoredObject
+from imagesvc.storage.hot import read_through
 from imagesvc.tools import Call, tool
 from imagesvc.tools.books import require_book
 from imagesvc.tools.image_delivery import ImageDelivery, delivery_bytes, locate_image, require_clean
 
-__all__ = ["ARCHIVE_SCHEMA", "ArchivePlan", "archive_members", "get_book_archive", "plan_archive", "require_key"]
+__all__ = [
+    "ARCHIVE_SCHEMA",
+    "ArchivePlan",
+    "Outlet",
+    "archive_members",
+    "get_book_archive",
+    "plan_archive",
+    "require_key",
+]
 
 MAX_PAGE = 1_000_000
 ARCHIVE_SCHEMA: dict[str, Any] = {
@@ -204,6 +213,35 @@ async def _digest(data: bytes) -> str:
     return sha256_hex(data)
 
 
+@dataclass
+class Outlet:
+    """The connection an archive goes out on, as its members need it: the ledger that settles each image's
+    reservation once the client acknowledged the member's last byte, the stream position of what was handed over so
+    far, a nudge to look at acknowledgements now, and a check (made every ``recheck_seconds``) that the caller may
+    still be served: it returns the error that ends the archive (a revoked key), or None."""
+
+    ledger: Ledger
+    position: Callable[[], int]
+    handed: Callable[[], None]
+    still_allowed: Callable[[], Awaitable[ImagesvcError | None]]
+    recheck_seconds: float
+
+
+class _KeyCheck:
+    """``Outlet.still_allowed`` at most once every ``recheck_seconds`` (the answer in between is the last one)."""
+
+    def __init__(self, outlet: Outlet) -> None:
+        self.outlet = outlet
+        self.checked = asyncio.get_running_loop().time()
+
+    async def refusal(self) -> ImagesvcError | None:
+        now = asyncio.get_running_loop().time()
+        if now - self.checked < self.outlet.recheck_seconds:
+            return None
+        self.checked = now
+        return await self.outlet.still_allowed()
+
+
 async def archive_members(
     services: Services,
     call: Call,
@@ -211,69 +249,58 @@ async def archive_members(
     first_paid: Meter | None,
     *,
     request_id: str,
-    delivered: Callable[[], bool],
+    outlet: Outlet,
 ) -> AsyncIterator[Member]:
     """The members of ``plan``'s archive, in order: ``bagit.txt``, each page image, then ``RESUME.txt`` (when cut
     short), ``image-unavailable.txt`` (when any page has no image), ``bag-info.txt``, ``manifest-sha256.txt`` and
     ``tagmanifest-sha256.txt``.
 
     ``first_paid`` is the first image's reservation, made before the response started (so that a caller who cannot
-    pay gets a 429 before any byte). Each image's reservation is committed by its member's ``sent`` when
-    ``delivered()`` says the connection is still up, refunded otherwise; reservations not yet sent are refunded when
-    this generator is closed early.
+    pay gets a 429 before any byte), and held by ``outlet.ledger``. Each image's reservation is handed to the ledger
+    at the stream position of its member's last byte, and committed once the client acknowledged it; the ledger
+    refunds the rest when the delivery ends. A pool that runs dry, a store that fails, a commit the access store
+    refuses or a key revoked meanwhile ends the archive cleanly, with RESUME.txt.
     """
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     sent: list[tuple[str, str]] = []
     size = 0
-    held: list[Meter] = [first_paid] if first_paid is not None else []
+    ledger = outlet.ledger
+    key_check = _KeyCheck(outlet)
     stopped: tuple[int, str] | None = None
-    unmetered: list[ImagesvcError] = []  # a commit the access store refused after the bytes went out
     delivered_pages: list[int] = []
-
-    settling: list[asyncio.Future[None]] = []
-
-    async def settle_one(meter: Meter, ok: bool) -> None:
-        try:
-            await meter.settle(ok)
-        except ImagesvcError as exc:  # the bytes are out; stop before the next image rather than fail mid-body
-            unmetered.append(exc)
 
     def member(path: str, data: bytes, digest: str, meter: Meter | None = None) -> Member:
         async def settle() -> None:
             assert meter is not None
-            ok = delivered()
-            held.remove(meter)
-            # Committed while the next member is made, not before: the usage meter's group commit then writes the
-            # records of several members at once (a write per member cost more than the member). The outcome is
-            # known here; the write is awaited before the tag files and before this generator ends.
-            settling.append(asyncio.ensure_future(settle_one(meter, ok)))
-            if not ok:
-                raise ConnectionResetError("the client went away before this member was sent")
+            ledger.hand(meter, outlet.position())
+            outlet.handed()
 
         return Member(f"{plan.root}/{path}", data, digest, now, settle if meter is not None else None)
 
+    reads = _Reads(services, call, plan, lambda: ledger.acknowledged)
     try:
         yield member("bagit.txt", BAGIT_TXT, sha256_hex(BAGIT_TXT))
-        reads = _Reads(services, call, plan)
         for page in plan.pages:
             if not _has_image(page):
                 continue
             number = page["number"]
             meter: Meter | None = None
             try:
-                if unmetered:
-                    raise unmetered[0]
+                if ledger.failure is not None:
+                    raise ledger.failure
+                refusal = await key_check.refusal()
+                if refusal is not None:
+                    raise refusal
                 if first_paid is not None:
                     meter, first_paid = first_paid, None
                 else:
                     meter = await reserve_image(call)
-                    held.append(meter)
+                    ledger.hold(meter)
                 delivery, stored = await reads.take(number)
                 data = await delivery_bytes(services, delivery, stored)
             except ImagesvcError as exc:
                 if meter is not None:
-                    held.remove(meter)
-                    await _release(meter)
+                    await ledger.release(meter)
                 stopped = (number, f"{exc.code}: {exc.message}")
                 break
             digest = await _digest(data)
@@ -282,7 +309,8 @@ async def archive_members(
             sent.append((path, digest))
             size += len(data)
             delivered_pages.append(number)
-        await asyncio.gather(*settling)
+        if first_paid is not None:  # the first image never went out (stopped before it): nothing to pay
+            await ledger.release(first_paid)
         tags: list[tuple[str, bytes]] = []
         if stopped is not None:
             number, reason = stopped
@@ -331,21 +359,18 @@ async def archive_members(
         tagmanifest = manifest(tag_entries)
         yield member("tagmanifest-sha256.txt", tagmanifest, sha256_hex(tagmanifest))
     finally:
-        if "reads" in locals():
-            reads.cancel()
-        await asyncio.shield(asyncio.gather(*settling))
-        # Reservations of members that never went out (a client gone, an error): returned, whatever cancelled us.
-        for meter in held:
-            await asyncio.shield(_release(meter))
+        reads.cancel()  # reservations of members that never went out are the ledger's to refund
 
 
 class _Reads:
-    """Stored objects of the next ``READ_AHEAD`` image pages, read while the current member goes out (S3 answers in
-    tens of milliseconds; one read at a time would leave the connection idle). Reading delivers nothing, so nothing
-    is reserved for a page until its member is made; at most ``READ_AHEAD`` stored objects are held."""
+    """Stored objects of the next image pages, read while the current member goes out (S3 answers in tens of
+    milliseconds; one read at a time would leave the connection idle). Reading delivers nothing, so nothing is
+    reserved for a page until its member is made. It reads as far ahead as the client has shown it reads: one page
+    more than the members it acknowledged, at most ``READ_AHEAD``, so an archive nobody reads holds two objects.
+    Reads bypass the hot cache (``storage.hot``), which is for popular single pages, not whole books."""
 
-    def __init__(self, services: Services, call: Call, plan: ArchivePlan) -> None:
-        self.services, self.call, self.plan = services, call, plan
+    def __init__(self, services: Services, call: Call, plan: ArchivePlan, received: Callable[[], int]) -> None:
+        self.services, self.call, self.plan, self.received = services, call, plan, received
         self.queue = [p["number"] for p in plan.pages if _has_image(p)]
         self.tasks: dict[int, asyncio.Task[tuple[ImageDelivery, StoredObject]]] = {}
 
@@ -354,11 +379,12 @@ class _Reads:
         delivery = await locate_image(
             self.services, self.call, book=plan.book["id"], page=number, tier=plan.tier, clean=plan.clean
         )
-        return delivery, await self.services.store.get(delivery.key)
+        return delivery, await read_through(self.services.store, delivery.key)
 
     async def take(self, number: int) -> tuple[ImageDelivery, StoredObject]:
         """Page ``number``'s delivery and stored object; starts the reads of the pages after it."""
-        while self.queue and len(self.tasks) < READ_AHEAD + 1:
+        depth = 1 + min(READ_AHEAD, self.received())
+        while self.queue and len(self.tasks) < depth + 1:
             upcoming = self.queue.pop(0)
             self.tasks[upcoming] = asyncio.ensure_future(self._read(upcoming))
         task = self.tasks.pop(number, None) or asyncio.ensure_future(self._read(number))
@@ -374,9 +400,3 @@ class _Reads:
 def _retrieve(task: asyncio.Task[object]) -> None:
     if not task.cancelled():
         task.exception()
-
-
-async def _release(meter: Meter) -> None:
-    """Refund ``meter``'s reservation; with the access store down it lapses by itself (``PENDING_TTL``)."""
-    with contextlib.suppress(ImagesvcError):
-        await meter.settle(False)

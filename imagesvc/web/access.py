@@ -1,8 +1,8 @@
 """The access middleware: identify the caller, count the request, and settle budgets once delivery is known.
 
 Responses are sent from inside this middleware (``prepare`` + ``write_eof``) so that a reservation is committed only
-after the whole body was handed to the transport, and refunded on an error, a 304, or a client that went away before
-the end of the body.
+once the client acknowledged the whole body (``web.wire``), and refunded on an error, a 304, or a client that went
+away or stalled before the end of the body.
 """
 
 from __future__ import annotations
@@ -14,9 +14,23 @@ from aiohttp import web
 
 from imagesvc.access import Allowed
 from imagesvc.access.headers import rate_headers, rate_limited
+from imagesvc.access.ledger import Ledger
 from imagesvc.access.meter import Meter
 from imagesvc.errors import Unauthorized
-from imagesvc.web.app_keys import ACCESS, CALLER, IDENTIFIER, METER, RATE_HEADERS, REQUEST_DENIED, SERVICES
+from imagesvc.web.app_keys import (
+    ACCESS,
+    CALLER,
+    IDENTIFIER,
+    KEEPER,
+    LEDGER,
+    METER,
+    RATE_HEADERS,
+    REQUEST_DENIED,
+    SERVICES,
+    WIRE,
+)
+from imagesvc.web.responses import KeptResponse
+from imagesvc.web.wire import Keeper, Wire
 
 __all__ = ["UNCOUNTED_API_PATHS", "UNCOUNTED_SITE_PATHS", "access_middleware"]
 
@@ -86,25 +100,37 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     if limit is None:
         hit = None  # this route counts no requests, so its responses state no request limit (never "r=0")
     request[RATE_HEADERS] = rate_headers(allowance, {}, hit)
+    ledger = request[LEDGER] = Ledger()  # what a delivery reserves as it goes (an archive's members and slots)
     try:
         response = await handler(request)
     except BaseException:
         request[RATE_HEADERS] = rate_headers(allowance, meter.states, hit)
-        await asyncio.shield(meter.settle(False))
+        await asyncio.shield(_refund_all(meter, ledger))
         raise
     request[RATE_HEADERS] = rate_headers(allowance, meter.states, hit)
     if response.status >= 300:
-        await meter.settle(False)
+        await _refund_all(meter, ledger)
         return response
-    try:
+    if not meter.holds() and not isinstance(response, KeptResponse):
         await response.prepare(request)
         await response.write_eof()
-    except (ConnectionError, asyncio.CancelledError):
-        await asyncio.shield(meter.settle(False))
-        raise
-    # Delivered means the whole body was handed to a live transport. A client that hung up mid-body can leave the
-    # writes above returning quietly (a lost connection wakes a paused writer without an error, and a closing
-    # transport drops what it is given): it gets a refund, not a charge.
-    transport = request.transport
-    await meter.settle(transport is not None and not transport.is_closing())
+        return response
+    # Delivered means received: the request's units are committed once the client acknowledged the last byte of the
+    # body (``web.wire``), refunded when it hung up, or stalled past the write deadline, before that.
+    ledger.hold(meter)
+    settings = app[SERVICES].settings
+    wire = request[WIRE] = Wire(request.transport)
+    keeper = Keeper(wire, ledger, write_timeout=settings.write_timeout, renew_every=settings.reservation_ttl / 3)
+    async with keeper:
+        request[KEEPER] = keeper
+        await response.prepare(request)
+        await response.write_eof()
+        if ledger.holds(meter):
+            ledger.hand(meter, wire.position())
+        await keeper.finish()
     return response
+
+
+async def _refund_all(meter: Meter, ledger: Ledger) -> None:
+    await meter.settle(False)
+    await ledger.close(None)

@@ -8,12 +8,14 @@ from aiohttp import web
 
 from imagesvc.access import AccessState
 from imagesvc.access.identity import Caller, Identifier
+from imagesvc.access.ledger import Ledger
 from imagesvc.access.meter import Meter
 from imagesvc.errors import ImagesvcError
 from imagesvc.iiif.delivery import IiifRuntime
 from imagesvc.observability import Metrics
 from imagesvc.services import Services
 from imagesvc.web.health_counts import CatalogCounts
+from imagesvc.web.wire import Keeper, Wire
 
 __all__ = [
     "ACCESS",
@@ -21,6 +23,8 @@ __all__ = [
     "HEALTH_COUNTS",
     "IDENTIFIER",
     "IIIF",
+    "KEEPER",
+    "LEDGER",
     "METER",
     "METRICS",
     "RATE_HEADERS",
@@ -28,6 +32,7 @@ __all__ = [
     "REQUEST_ID",
     "SERVICES",
     "WARM_UP",
+    "WIRE",
 ]
 
 SERVICES = web.AppKey("services", Services)
@@ -44,3 +49,7 @@ REQUEST_DENIED = web.RequestKey("request_denied", ImagesvcError)
 CALLER = web.RequestKey("caller", Caller)
 METER = web.RequestKey("meter", Meter)
 RATE_HEADERS = web.RequestKey("rate_headers", dict)
+# a metered delivery being sent: its reservations, the connection's positions, the task that settles them by it
+LEDGER = web.RequestKey("ledger", Ledger)
+WIRE = web.RequestKey("wire", Wire)
+KEEPER = web.RequestKey("keeper", Keeper)

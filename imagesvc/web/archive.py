@@ -1,23 +1,29 @@
 """``GET /books/{book_id}/archive``: a book's page images (or a page range) streamed as one ZIP or TAR.
 
 Everything that can refuse the request does so before the first byte: no key (401), ``clean`` without entitlement
-(403), an unknown book (404), a range outside the book (400), a pool that cannot pay for the first image (429), the
-access store down (503). After that the archive always ends cleanly; see ``imagesvc.tools.archive``.
+(403), an unknown book (404), a range outside the book (400), a caller with its most archives open (429) or a node
+with its most (503), a pool that cannot pay for the first image (429), the access store down (503). After that the
+archive always ends cleanly; see ``imagesvc.tools.archive``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
+from imagesvc.access import Reservation
 from imagesvc.bulk.containers import FORMATS, Member, tar_chunks, zip_chunks
-from imagesvc.tools.archive import ARCHIVE_SCHEMA, archive_members, plan_archive
-from imagesvc.web.app_keys import REQUEST_ID, SERVICES
+from imagesvc.errors import ImagesvcError, RateLimited, Unauthorized, Unavailable
+from imagesvc.tools.archive import ARCHIVE_SCHEMA, Outlet, archive_members, plan_archive
+from imagesvc.web.app_keys import ACCESS, CALLER, IDENTIFIER, KEEPER, LEDGER, REQUEST_ID, SERVICES, WIRE
 from imagesvc.web.params import accepts
+from imagesvc.web.responses import KeptResponse, write_pieces
 from imagesvc.web.rest import tool_call
 
 __all__ = ["ArchiveResponse", "archive"]
@@ -25,9 +31,9 @@ __all__ = ["ArchiveResponse", "archive"]
 QUERY = {"properties": {k: v for k, v in ARCHIVE_SCHEMA["properties"].items() if k != "book_id"}}
 
 
-class ArchiveResponse(web.StreamResponse):
-    """A response whose body is the archive's chunks, written in ``write_eof`` (the access middleware sends it);
-    the member generator is always closed, so reservations of members not sent are refunded."""
+class ArchiveResponse(KeptResponse):
+    """A response whose body is the archive's chunks, written in ``write_eof`` (the access middleware sends it under
+    its keeper); the member generator is always closed, and the ledger refunds what the client never received."""
 
     def __init__(self, members: AsyncIterator[Member], format: str, headers: dict[str, str]) -> None:
         super().__init__(status=200, headers=headers)
@@ -38,6 +44,7 @@ class ArchiveResponse(web.StreamResponse):
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         self._head = request.method == "HEAD"
+        limit_send_buffer(request.transport, request.app[SERVICES].settings.archive_send_buffer)
         return await super().prepare(request)
 
     async def write_eof(self, data: bytes = b"") -> None:
@@ -47,10 +54,19 @@ class ArchiveResponse(web.StreamResponse):
                 if not self._head:
                     frame = zip_chunks if self._format == "zip" else tar_chunks
                     async for chunk in frame(members):
-                        await self.write(chunk)
+                        await write_pieces(self, chunk)
             finally:
                 await asyncio.shield(members.aclose())
         await super().write_eof(data)
+
+
+def limit_send_buffer(transport: asyncio.BaseTransport | None, size: int) -> None:
+    """Give the connection a send buffer of ``size`` bytes (0: leave it to the kernel), so that a client that stops
+    reading holds at most that much of an archive in this machine's kernel, and members are made no further ahead."""
+    sock = None if transport is None or not size else transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
 
 
 @accepts(QUERY)
@@ -69,15 +85,15 @@ async def archive(request: web.Request, arguments: dict[str, Any]) -> web.Stream
         first=arguments.get("from"),
         last=arguments.get("to"),
     )
+    await take_archive_slots(request)
     first_paid = None
     if plan.images:
         # The first image is held on the request's own meter: a 429 or 503 comes before any byte, the pool shows in
         # this response's RateLimit headers, and the access middleware refunds it if the body never starts.
         await call.meter.reserve("images", 1)
         first_paid = call.meter
-    transport_alive = _alive(request)
     members = archive_members(
-        services, call, plan, first_paid, request_id=request.get(REQUEST_ID, "-"), delivered=transport_alive
+        services, call, plan, first_paid, request_id=request.get(REQUEST_ID, "-"), outlet=_outlet(request)
     )
     headers = {
         "Content-Disposition": f'attachment; filename="{plan.filename}"',
@@ -90,9 +106,69 @@ async def archive(request: web.Request, arguments: dict[str, Any]) -> web.Stream
     return ArchiveResponse(members, plan.format, headers)
 
 
-def _alive(request: web.Request) -> Any:
-    def alive() -> bool:
-        transport = request.transport
-        return transport is not None and not transport.is_closing()
+def _outlet(request: web.Request) -> Outlet:
+    """The archive's view of its connection (the middleware sets up the wire and keeper before the first byte)."""
+    app = request.app
 
-    return alive
+    async def still_allowed() -> ImagesvcError | None:
+        try:
+            await app[IDENTIFIER].identify(request.headers, request.remote, request.cookies)
+        except Unauthorized as exc:  # revoked or expired since the archive began
+            return exc
+        except ImagesvcError:  # the catalog cannot say now: ask again at the next check
+            return None
+        return None
+
+    return Outlet(
+        ledger=request[LEDGER],
+        position=lambda: request[WIRE].position(),
+        handed=lambda: request[KEEPER].poke(),
+        still_allowed=still_allowed,
+        recheck_seconds=app[SERVICES].settings.archive_key_check,
+    )
+
+
+ARCHIVE_POOL = "archives"  # concurrency slots: reservations that are never committed, refunded when the archive ends
+SLOT_RETRY_SECONDS = 10
+
+
+async def take_archive_slots(request: web.Request) -> None:
+    """Hold one of the caller's ``archive_per_key`` slots and one of this node's ``archive_per_node`` for as long as
+    the archive is sent (leases renewed and refunded by the request's ledger; a process that dies lets them lapse).
+    Raises ``RateLimited`` (429) when the caller has its most archives open, ``Unavailable`` (503) when the node has;
+    both with Retry-After. A HEAD takes none but is refused as GET would be."""
+    app, caller = request.app, request[CALLER]
+    settings, access = app[SERVICES].settings, app[ACCESS]
+    node = f"node:{socket.gethostname()}"
+    wanted = ((caller.subject, settings.archive_per_key), (node, settings.archive_per_node))
+    if request.method == "HEAD":
+        for subject, limit in wanted:
+            if (await access.usage(subject, ARCHIVE_POOL, limit)).remaining == 0:
+                raise _busy(subject, limit)
+        return
+    ledger = request[LEDGER]
+    for subject, limit in wanted:
+        slot = await access.reserve(subject, ARCHIVE_POOL, 1, limit)
+        if not isinstance(slot, Reservation):
+            await ledger.close(None)  # the slot taken already goes back
+            raise _busy(subject, limit)
+        ledger.lease(access, slot)
+
+
+def _busy(subject: str, limit: int) -> ImagesvcError:
+    if not subject.startswith("node:"):
+        return RateLimited(
+            f"This caller may download {limit} archive{'s' if limit != 1 else ''} at once, and has {limit} in "
+            "progress. Another can start when one of them ends.",
+            recovery=[
+                f"Retry after {SLOT_RETRY_SECONDS} seconds (the Retry-After header), or once a download has ended.",
+                "Download archives one after another rather than side by side.",
+            ],
+            details={"pool": ARCHIVE_POOL, "limit": limit, "retry_after_seconds": SLOT_RETRY_SECONDS},
+            headers={"Retry-After": str(SLOT_RETRY_SECONDS)},
+        )
+    return Unavailable(
+        "This server is sending as many archives as it may at once; try again shortly.",
+        retry_after=SLOT_RETRY_SECONDS,
+        details={"pool": ARCHIVE_POOL},
+    )

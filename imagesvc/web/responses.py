@@ -1,5 +1,6 @@
 """Responses the routes share: ``BytesResponse`` (a body held in memory, written after its headers rather than joined
-with them) and ``PublicFile`` (a file from disk, sent once and closed even when the request is cancelled)."""
+with them), ``PublicFile`` (a file from disk, sent once and closed even when the request is cancelled) and
+``KeptResponse`` (a body whose sending the access middleware watches even when nothing is reserved yet)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,23 @@ from collections.abc import Mapping
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 
-__all__ = ["BytesResponse", "PublicFile"]
+__all__ = ["PIECE", "BytesResponse", "KeptResponse", "PublicFile", "write_pieces"]
+
+PIECE = 1 << 16  # bytes handed to the transport at a time: what it copies of a body a slow reader has not taken
+
+
+async def write_pieces(response: web.StreamResponse, data: bytes | memoryview) -> None:
+    """Write ``data`` a ``PIECE`` at a time (``write`` waits for the transport to drain every 64 KiB): the rest of
+    the body stays where it is rather than being copied into the transport's buffer for a reader that may never take
+    it."""
+    view = memoryview(data)
+    for start in range(0, len(view), PIECE):
+        await response.write(view[start : start + PIECE])
+
+
+class KeptResponse(web.StreamResponse):
+    """A response the access middleware sends under a ``web.wire.Keeper`` whatever it holds: it reserves as it goes
+    (an archive), so its write deadline and renewals must run from the first byte."""
 
 
 class BytesResponse(web.StreamResponse):
@@ -38,7 +55,7 @@ class BytesResponse(web.StreamResponse):
     async def write_eof(self, data: bytes = b"") -> None:
         body, self._pending = self._pending, None
         if body:
-            await self.write(memoryview(body))
+            await write_pieces(self, body)
         await super().write_eof(data)
 
 

@@ -62,6 +62,22 @@ async def test_lapsed_reservation_frees_the_budget_and_cannot_be_committed(acces
     assert (await access.usage("key:k1", "text", 2, T0 + PENDING_TTL + 2)).used == 2
 
 
+async def test_an_extended_reservation_outlives_its_first_lifetime_and_is_committed(access: AccessState) -> None:
+    """A delivery still being written renews its reservation: it keeps the units past the first lifetime and its
+    commit counts; a settled or lapsed reservation cannot be brought back by renewing it."""
+    held = await access.reserve("key:k2", "images", 1, 1, T0)
+    assert isinstance(held, Reservation)
+    assert await access.extend(held, now=T0 + PENDING_TTL - 1)
+    assert isinstance(await access.reserve("key:k2", "images", 1, 1, T0 + PENDING_TTL + 1), Denied)  # still held
+    assert await access.commit(held, now=T0 + 2 * PENDING_TTL - 2)
+    assert (await access.usage("key:k2", "images", 1, T0 + 2 * PENDING_TTL)).used == 1
+    assert not await access.extend(held, now=T0 + 2 * PENDING_TTL), "a settled reservation cannot be renewed"
+    lapsed = await access.reserve("key:k3", "images", 1, 1, T0)
+    assert isinstance(lapsed, Reservation)
+    assert not await access.extend(lapsed, now=T0 + PENDING_TTL + 1), "a lapsed reservation cannot be renewed"
+    assert not await access.commit(lapsed, now=T0 + PENDING_TTL + 2)
+
+
 async def test_usage_ages_out_after_24_hours(access: AccessState) -> None:
     got = await access.reserve("ip:203.0.113.9", "images", 5, 5, T0 + 30)
     assert isinstance(got, Reservation)
