@@ -37,7 +37,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from imagesvc.catalog import Catalog, _row, page_text_sql
 from imagesvc.catalog.schema import POSTGRES_FOLLOW_UPS, POSTGRES_MIGRATIONS, SCHEMA_VERSION
 from imagesvc.catalog.text_fold import Word
-from imagesvc.errors import Unavailable
+from imagesvc.errors import CatalogUnavailable as Unavailable  # every outage here is the catalog database's
 
 __all__ = ["MIGRATION_LOCK", "PostgresCatalog", "migrate_postgres", "translate"]
 
