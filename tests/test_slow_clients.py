@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from imagesvc.catalog import Catalog
+from imagesvc.catalog.api_keys import create_key
 from imagesvc.web.routes import ROUTES
 from tests.library import copy_library
 from tests.servers import descendants, free_port
@@ -28,13 +30,19 @@ from tests.servers import descendants, free_port
 DEADLINE = 2  # IMAGESVC_BODY_READ_TIMEOUT and IMAGESVC_IDLE_TIMEOUT of the node under test
 SLACK = 6.0  # seconds past the deadline a loaded two-core machine may take to answer; a hang takes far longer
 POSTS = sorted({route.full_path("/api") for route in ROUTES if route.method == "POST"})
-CONTENT_TYPES = {"/api/mcp": "application/json"}  # the uploads take a picture
+# What each route reads (the REST upload takes a picture as it is); the page answers its errors as a page for people.
+CONTENT_TYPES = {"/api/mcp": "application/json", "/search-by-image": "multipart/form-data; boundary=b0undary"}
+PAGES = {"/search-by-image"}
 
 
 @pytest.fixture(scope="module")
-def node(demo_library: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """One serving process (one worker under the master) with short deadlines; its port."""
+def node(demo_library: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]:
+    """One serving process (one worker under the master) with short deadlines: its port, and an enterprise key
+    (1,000 requests a minute, so that a crowd of one caller meets the deadline rather than the request limit)."""
     data = copy_library(demo_library["data"], tmp_path_factory.mktemp("slow") / "data")
+    catalog = Catalog(data / "catalog.sqlite3")
+    key, _ = create_key(catalog, "enterprise", "slow clients")
+    catalog.close()
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
     env |= {"IMAGESVC_DATA_DIR": str(data), "IMAGESVC_PORT": str(port), "IMAGESVC_SHUTDOWN_TIMEOUT": "3"}
@@ -46,7 +54,7 @@ def node(demo_library: dict[str, Any], tmp_path_factory: pytest.TempPathFactory)
         while _health(port) != 200:
             assert proc.poll() is None and time.monotonic() < deadline, "imagesvc serve did not start"
             time.sleep(0.2)
-        yield port
+        yield port, key
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -102,46 +110,51 @@ def _complete(raw: bytes) -> bool:
     return False
 
 
-def _body_head(path: str) -> bytes:
+def _body_head(path: str, key: str) -> bytes:
     ctype = CONTENT_TYPES.get(path, "image/jpeg")
     return (
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {ctype}\r\nContent-Length: 100000\r\n\r\n".encode()
-    )
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\nContent-Type: {ctype}\r\n"
+        "Content-Length: 100000\r\n\r\n"
+    ).encode()
 
 
-def _assert_408(taken: float, raw: bytes) -> None:
+def _assert_408(taken: float, raw: bytes, *, page: bool = False) -> None:
     assert raw.startswith(b"HTTP/1.1 408"), f"after {taken:.1f} s the server sent {raw[:200]!r}"
     assert taken < DEADLINE + SLACK, f"the 408 came {taken:.1f} s after the head (deadline {DEADLINE} s)"
     head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"connection: close" in head.lower()
+    if page:
+        assert b"text/html" in head.lower() and b"did not arrive" in body
+        return
     assert b"application/json" in head.lower()
     error = json.loads(body)
     assert error["error"] == "request_timeout" and error["message"] and error["recovery"]
 
 
-def test_every_route_that_takes_a_body_has_a_read_deadline(node: int) -> None:
+def test_every_route_that_takes_a_body_has_a_read_deadline(node: tuple[int, str]) -> None:
     """Each POST route of the table, the MCP endpoint included, answers a trickled body with a 408 within the deadline
     (a bound of 40 s that only a body without deadline reaches)."""
     assert "/api/mcp" in POSTS and len(POSTS) >= 3
     for path in POSTS:
-        taken, raw = _trickle(node, _body_head(path), bound=40)
-        _assert_408(taken, raw)
+        taken, raw = _trickle(node[0], _body_head(path, node[1]), bound=40)
+        _assert_408(taken, raw, page=path in PAGES)
 
 
-def test_a_request_head_that_never_ends_is_closed(node: int) -> None:
+def test_a_request_head_that_never_ends_is_closed(node: tuple[int, str]) -> None:
     """A head sent one byte a second (no blank line ever) is closed after the idle deadline, answered or not."""
-    taken, raw = _trickle(node, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", bound=40)
+    taken, raw = _trickle(node[0], b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ", bound=40)
     assert taken < DEADLINE + SLACK, f"the connection stayed open {taken:.1f} s (idle deadline {DEADLINE} s)"
     assert not raw.startswith(b"HTTP/1.1 200")
 
 
-def test_many_slow_senders_leave_the_node_answering(node: int) -> None:
+def test_many_slow_senders_leave_the_node_answering(node: tuple[int, str]) -> None:
     """200 trickled MCP bodies at once: a normal request answers while they are held, and each of them gets its 408
     within the deadline."""
     results: list[tuple[float, bytes]] = []
     lock = threading.Lock()
 
     def client() -> None:
-        outcome = _trickle(node, _body_head("/api/mcp"), bound=40)
+        outcome = _trickle(node[0], _body_head("/api/mcp", node[1]), bound=40)
         with lock:
             results.append(outcome)
 
@@ -149,7 +162,10 @@ def test_many_slow_senders_leave_the_node_answering(node: int) -> None:
     for thread in clients:
         thread.start()
     started = time.monotonic()
-    with urllib.request.urlopen(f"http://127.0.0.1:{node}/api/books", timeout=30) as resp:
+    books = urllib.request.Request(
+        f"http://127.0.0.1:{node[0]}/api/books", headers={"Authorization": f"Bearer {node[1]}"}
+    )
+    with urllib.request.urlopen(books, timeout=30) as resp:
         assert resp.status == 200
     assert time.monotonic() - started < DEADLINE + SLACK
     for thread in clients:
