@@ -20,7 +20,13 @@ from imagesvc.web.access import access_middleware
 from imagesvc.web.app_keys import ACCESS, HEALTH_COUNTS, IDENTIFIER, IIIF, METRICS, SERVICES
 from imagesvc.web.health_counts import CatalogCounts
 from imagesvc.web.metrics import observe_middleware, rejections_middleware
-from imagesvc.web.middleware import MAX_BODY_BYTES, cors_middleware, error_middleware, on_prepare
+from imagesvc.web.middleware import (
+    MAX_BODY_BYTES,
+    body_deadline_middleware,
+    cors_middleware,
+    error_middleware,
+    on_prepare,
+)
 from imagesvc.web.protocol import Application
 from imagesvc.web.routes import add_routes
 
@@ -34,7 +40,8 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
     """
     resolver = resolver or SystemResolver()
     # observe is outermost so it sees every final status; rejections sits inside error to see 429s as errors;
-    # html_error renders the errors of pages for people (the JSON shape stays for everything else).
+    # html_error renders the errors of pages for people (the JSON shape stays for everything else); body_deadline
+    # counts a body's read deadline from before the caller is identified, and its 408 is rendered by the two above.
     # Application: aiohttp's, with errors its HTTP protocol answers itself (oversized lines, unparseable requests) in
     # the JSON error shape too (web/protocol.py).
     metrics = Metrics(settings.data_dir)
@@ -43,6 +50,7 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
             observe_middleware,
             cors_middleware,
             error_middleware,
+            body_deadline_middleware,
             html_error_middleware,
             rejections_middleware,
             access_middleware,

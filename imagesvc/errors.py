@@ -6,9 +6,13 @@ Rendered at three edges only: the HTTP middleware (JSON body with the status), M
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from typing import Any
 
 __all__ = [
+    "CatalogUnavailable",
     "Conflict",
     "Forbidden",
     "ImageRejected",
@@ -130,17 +134,54 @@ class RateLimited(ImagesvcError):
 
 
 class Unavailable(ImagesvcError):
-    """A dependency (object store, Redis, model) cannot be reached; the request can be retried."""
+    """A dependency (object store, Redis, model) cannot be reached; the request can be retried.
+
+    A subclass that names its ``dependency`` (the catalog database, the access store, the object store) never shows
+    its message to a caller: that text comes from the dependency's client and may name an internal host, port, DSN
+    or path. Its public message names only the kind of dependency; the message given is logged (once per distinct
+    text every ``_LOG_EVERY`` seconds, so an outage under load does not flood the log) and kept as ``detail``.
+    """
 
     code = "unavailable"
     status = 503
     default_recovery = ("Retry after the number of seconds in the Retry-After header.",)
+    dependency: str | None = None  # the kind of dependency, named in the public message instead of the detail
 
     def __init__(self, message: str, *, retry_after: int = 5, **kwargs: Any) -> None:
+        self.detail = message
+        if self.dependency is not None:
+            _log_detail(self, message, kwargs.get("recovery"))
+            message = f"The {self.dependency} cannot be used right now; retry in {retry_after} s."
+            kwargs.pop("recovery", None)  # operator advice (settings to check) stays in the log with the detail
         super().__init__(message, **kwargs)
         self.retry_after = retry_after
         self.headers.setdefault("Retry-After", str(retry_after))
         self.details.setdefault("retry_after", retry_after)
+
+
+class CatalogUnavailable(Unavailable):
+    """The catalog database cannot be reached, is saturated, or timed out a statement."""
+
+    dependency = "catalog database"
+
+
+_LOG_EVERY = 30.0  # seconds between two log lines of the same dependency detail
+_logged: dict[str, float] = {}
+_logged_lock = threading.Lock()
+_log = logging.getLogger("imagesvc.dependencies")
+
+
+def _log_detail(error: Unavailable, detail: str, recovery: Any) -> None:
+    """Log a dependency's own words about an outage, at most once per text every ``_LOG_EVERY`` seconds."""
+    now = time.monotonic()
+    with _logged_lock:
+        if now - _logged.get(detail, -_LOG_EVERY) < _LOG_EVERY:
+            return
+        if len(_logged) > 1000:  # texts that vary (timings, addresses): keep the memory bounded
+            _logged.clear()
+        _logged[detail] = now
+    hint = f" ({' '.join(recovery)})" if recovery else ""
+    _log.warning("%s unavailable: %s%s", error.dependency, detail, hint)
 
 
 class InternalError(ImagesvcError):

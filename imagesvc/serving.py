@@ -1,12 +1,19 @@
-"""``imagesvc serve``: one process, or N worker processes on one port under gunicorn's master.
+"""``imagesvc serve``: N worker processes (one or more) on one port under gunicorn's master.
 
-gunicorn (with aiohttp's own gunicorn worker) supervises the workers: the master binds the one listening socket every
-worker inherits, replaces a worker that dies, and on SIGTERM or SIGINT sends SIGTERM to every worker and waits
-IMAGESVC_SHUTDOWN_TIMEOUT for them (each stops accepting and drains its in-flight requests for most of that time)
-before killing what is left. Signals that arrive while a worker is being replaced or is still starting are queued and
-handled in order, so the master always stops. SIGHUP (pull the newest catalog snapshot now) is passed on to every
-worker instead of gunicorn's reload. Workers die with the master (PR_SET_PDEATHSIG). ``/metrics`` adds up every
-worker's counters through prometheus-client's multiprocess mode (a temporary directory the master makes and removes).
+gunicorn (with aiohttp's own gunicorn worker) supervises the workers, one of them as much as several, so that every
+node answers signals alike: the master binds the one listening socket every worker inherits, replaces a worker that
+dies, and on SIGTERM or SIGINT sends SIGTERM to every worker and waits IMAGESVC_SHUTDOWN_TIMEOUT for them (each stops
+accepting and drains its in-flight requests for most of that time) before killing what is left. SIGHUP is gunicorn's
+graceful reload: fresh workers start (re-opening the catalog, the newest catalog snapshot, credentials, models and
+indexes), the old ones drain as on SIGTERM; the listening socket stays open throughout, so no connection is refused.
+Signals that arrive while a worker is being replaced or is still starting are queued and handled in order, so the
+master always stops. Workers die with the master (PR_SET_PDEATHSIG). ``/metrics`` adds up every worker's counters
+through prometheus-client's multiprocess mode (a temporary directory the master makes and removes).
+
+A node outlives its dependencies: a worker whose app cannot start because a dependency is down (``Unavailable``, a
+refused or timed-out connection) waits ``BOOT_RETRY_SECONDS`` and exits to be replaced, instead of the boot failure
+that makes gunicorn halt the whole node. A worker's heartbeat (what gunicorn's ``timeout`` watches) beats from its
+event loop for its whole life, starting, serving and draining, so a worker is replaced only when its loop is blocked.
 
 Each worker is a whole app (its own hot cache, catalog handle and access client); access state is shared through the
 SQLite file (WAL, exact across processes) or Redis.
@@ -14,6 +21,7 @@ SQLite file (WAL, exact across processes) or Redis.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import os
@@ -22,13 +30,14 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from imagesvc.errors import Unavailable
 from imagesvc.settings import Settings
 
-__all__ = ["run_server", "serve", "tune_malloc"]
+__all__ = ["BOOT_RETRY_SECONDS", "serve", "tune_malloc"]
 
 log = logging.getLogger("imagesvc.serve")
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
@@ -39,6 +48,10 @@ _TRIM_THRESHOLD = 64 << 20
 _THRESHOLD_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 _THRESHOLD_TUNABLES = ("glibc.malloc.mmap_threshold", "glibc.malloc.trim_threshold")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+WORKER_TIMEOUT = 120  # seconds a worker's event loop may go without a heartbeat before gunicorn replaces the worker
+BOOT_RETRY_SECONDS = 2.0  # a worker that could not start for a dependency waits this long before it is replaced
+FIRST_REQUEST_GRACE = 1.0  # seconds a stopping worker waits for the first request of a connection it just accepted
+ACCEPT_SETTLE = 0.1  # seconds for the connections accepted just before the listening socket closed to be set up
 
 
 def tune_malloc() -> bool:
@@ -66,23 +79,6 @@ def tune_malloc() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
 
 
-def run_server(settings: Settings) -> None:
-    """Run one app in this process until SIGTERM or SIGINT, then drain for ``shutdown_timeout`` and return."""
-    from aiohttp import web
-
-    from imagesvc.app import build_serving_app
-
-    tune_malloc()
-    web.run_app(
-        build_serving_app(settings),
-        host=settings.host,
-        port=settings.port,
-        print=None,
-        access_log=None,
-        shutdown_timeout=settings.shutdown_timeout,
-    )
-
-
 def _die_with_parent(parent: int) -> None:
     """SIGTERM this process when ``parent`` goes away (Linux); exits now if it already has."""
     if sys.platform.startswith("linux"):
@@ -90,6 +86,44 @@ def _die_with_parent(parent: int) -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:
         os._exit(0)
+
+
+async def _first_requests(server: Any, grace: float) -> None:
+    """Wait (at most ``grace`` seconds) until every open connection has sent its first request head.
+
+    The first ``ACCEPT_SETTLE`` seconds are always waited: asyncio makes a connection accepted just before the
+    listening socket closed in a task of its own, so it may not be among ``server.connections`` yet.
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.sleep(ACCEPT_SETTLE)
+    # aiohttp counts the requests a connection parsed only in a private field; a connection that has none
+    # yet would be taken for an idle keep-alive one and closed unanswered.
+    while any(getattr(conn, "_request_count", 1) == 0 for conn in server.connections):
+        if loop.time() - started >= grace:
+            return
+        await asyncio.sleep(0.02)
+
+
+async def _beat(notify: Callable[[], None], every: float) -> None:
+    """Call ``notify`` every ``every`` seconds for as long as the event loop runs."""
+    while True:
+        notify()
+        await asyncio.sleep(every)
+
+
+def _dependency_down(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says a dependency is unreachable, not that the app is broken."""
+    from imagesvc.errors import Unavailable
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, Unavailable | OSError):  # OSError: refused, reset, timed out, unresolvable
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _leave(code: int) -> None:
@@ -116,18 +150,37 @@ def _gunicorn_application(settings: Settings, workers: int, multiproc_dir: str) 
     from gunicorn.glogging import Logger
 
     class Worker(GunicornWebWorker):  # type: ignore[misc]
-        """aiohttp's gunicorn worker; SIGHUP is left to snapshot following, and the process ends once drained."""
+        """aiohttp's gunicorn worker with a heartbeat for its whole life, a dependency outage at start that is not a
+        boot failure, and a process that ends once drained. SIGHUP reaches the master, not the workers."""
 
         def init_signals(self) -> None:
             super().init_signals()
-            # A SIGHUP before snapshot following installs its handler (or with following off) must not end the worker.
+            # A SIGHUP sent to a worker directly (or to the process group) must not end it: snapshot following
+            # takes it as "check now", and a worker without following ignores it.
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+        async def _run(self) -> None:
+            # aiohttp's worker beats only from its serving loop; this beats from the event loop for the worker's
+            # whole life (building the app, serving, draining): a worker is replaced only when its loop is blocked.
+            heartbeat = asyncio.ensure_future(_beat(self.notify, 1.0))
+            try:
+                await super()._run()
+            finally:
+                heartbeat.cancel()
 
         def run(self) -> None:
             try:
                 super().run()  # ends with sys.exit once the app has drained and closed
             except SystemExit as exc:
                 _leave(exc.code if isinstance(exc.code, int) else 0)
+            except Exception as exc:
+                if self.booted or not _dependency_down(exc):
+                    raise  # a fault of the app itself: gunicorn halts rather than respawn it for ever
+                # Not a boot failure: gunicorn would halt the node, which would then stay down once the dependency
+                # is back. Wait a little (no respawn storm) and exit so that the master starts a fresh worker.
+                log.error("worker could not start, a dependency is down (retry in %g s): %s", BOOT_RETRY_SECONDS, exc)
+                time.sleep(BOOT_RETRY_SECONDS)
+                _leave(1)
 
     class Master(Arbiter):  # type: ignore[misc]
         """gunicorn's arbiter with imagesvc's signals: SIGINT drains like SIGTERM; SIGHUP goes to the workers."""
@@ -141,8 +194,8 @@ def _gunicorn_application(settings: Settings, workers: int, multiproc_dir: str) 
             super().handle_term()
 
         def handle_hup(self) -> None:
-            log.info("SIGHUP: every worker checks for a newer catalog snapshot now")
-            self.kill_workers(signal.SIGHUP)
+            log.info("reloading: SIGHUP, so %d fresh workers start and the old ones drain", self.num_workers)
+            self.reload()
 
     class RootLogger(Logger):  # type: ignore[misc]
         """gunicorn's messages through imagesvc's logging (text or JSON lines on stderr), not handlers of its own."""
@@ -167,19 +220,39 @@ def _gunicorn_application(settings: Settings, workers: int, multiproc_dir: str) 
 
         multiprocess.mark_process_dead(worker.pid, multiproc_dir)
 
+    class Runner(web.AppRunner):
+        """aiohttp's runner, whose drain answers the connections accepted just before the listening socket closed.
+
+        aiohttp closes every connection without a request in progress when it drains, including one accepted a moment
+        ago whose request is still on its way: on a reload (SIGHUP) that client would see its connection dropped
+        although the node goes on serving. So the drain stops accepting first and lets those requests arrive.
+        """
+
+        async def cleanup(self) -> None:
+            for site in list(self.sites):
+                await site.stop()
+            if self.server is not None:
+                await _first_requests(self.server, FIRST_REQUEST_GRACE)
+            await super().cleanup()
+
     async def make_runner() -> web.AppRunner:
         from imagesvc.app import build_serving_app
 
         # The master's drain is graceful_timeout; the app drains for most of it, then cancels and closes.
         drain = max(settings.shutdown_timeout * 0.8, settings.shutdown_timeout - 2.0)
-        return web.AppRunner(build_serving_app(settings), access_log=None, shutdown_timeout=drain)
+        return Runner(
+            build_serving_app(settings),
+            access_log=None,
+            shutdown_timeout=drain,
+            keepalive_timeout=settings.idle_timeout,  # also bounds a request head that never finishes arriving
+        )
 
     options: dict[str, Any] = {
         "bind": f"[{settings.host}]:{settings.port}" if ":" in settings.host else f"{settings.host}:{settings.port}",
         "workers": workers,
         "worker_class": Worker,
         "graceful_timeout": settings.shutdown_timeout,
-        "timeout": 120,  # seconds a worker may go without a heartbeat (its event loop blocked) before it is replaced
+        "timeout": WORKER_TIMEOUT,
         "logger_class": RootLogger,
         "post_fork": post_fork,
         "child_exit": child_exit,
@@ -222,7 +295,7 @@ def _serve_workers(settings: Settings, workers: int) -> int:
 
 
 def serve(settings: Settings, workers: int) -> int:
-    """Serve with ``workers`` processes (1: in this process); returns the exit code (the process ends with it)."""
+    """Serve with ``workers`` processes under one master; returns the exit code (the process ends with it)."""
     where = f"http://{settings.host}:{settings.port}"
     print(f"imagesvc serving on {where} (storage: {settings.storage}, {workers} workers)", file=sys.stderr)
     # Make the local signing CA, and create or migrate the catalog, once here: not in N racing workers (two workers
@@ -237,11 +310,7 @@ def serve(settings: Settings, workers: int) -> int:
         open_catalog(settings).close()  # the configured backend: a PostgreSQL node keeps no SQLite catalog
     except Unavailable as exc:  # the database is down or hung: start anyway; each worker migrates on first reach
         log.warning("starting without the catalog database (503 on catalog routes until it answers): %s", exc.message)
-    if workers == 1:
-        run_server(settings)
-        code = 0
-    else:
-        code = _serve_workers(settings, workers)
+    code = _serve_workers(settings, workers)
     log.info("stopped")
     _leave(code)
     return code  # not reached

@@ -349,7 +349,14 @@ class Settings:
     )
     body_read_timeout: int = _opt(
         60,
-        "Seconds a request body (an upload, an MCP POST) may take to arrive in full; slower is a 408.",
+        "Seconds any request body (an upload, an MCP POST) may take to arrive in full, counted from the end of its "
+        "head; slower is a 408 and the connection closes.",
+        _positive_int,
+    )
+    idle_timeout: int = _opt(
+        75,
+        "Seconds a connection may stay open without a whole request head (idle between requests, or a head still "
+        "arriving) before it is closed; keep it above the idle timeout of a proxy in front.",
         _positive_int,
     )
     image_search_per_caller: int = _opt(

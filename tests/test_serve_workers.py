@@ -5,13 +5,17 @@ and stop signals ends within the drain time with no process left; ``/metrics`` c
 from __future__ import annotations
 
 import http.client
+import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,8 @@ from typing import Any
 import pytest
 
 from tests.library import copy_library
-from tests.servers import descendants, free_port, parents
+from tests.servers import PostgresServer, create_database, descendants, free_port, parents
+from tests.test_faults import Redis
 
 PAGE = "/api/image?book=demo-speculum-fornacum&page=2&tier=thumb"
 
@@ -273,13 +278,139 @@ def test_metrics_add_up_every_worker(serve: Any, tmp_path: Path) -> None:
     assert not made[0].exists()  # the master removes its metric files on exit
 
 
-def test_sighup_stops_neither_the_supervisor_nor_its_workers(serve: Any) -> None:
-    proc, port = serve(2)
-    workers = _workers(proc.pid)
-    proc.send_signal(signal.SIGHUP)  # "check for a newer snapshot now": a default SIGHUP would end the supervisor
-    time.sleep(1)
-    assert proc.poll() is None and _workers(proc.pid) == workers
-    assert _get(port, "/health") == 200
+def _status(port: int, path: str) -> int | str:
+    """One request on a new connection, no retry: its status, or the error a refused or dropped one met."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as resp:
+            resp.read()
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError as exc:
+        return repr(exc)
+
+
+def _wait_for(predicate: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sighup_is_a_graceful_reload_in_every_mode(serve: Any, workers: int) -> None:
+    """SIGHUP (docs/operations.md) starts fresh workers and drains the old ones, one worker as several: the node
+    never stops, and every request sent before, during and after the reload is answered. (With one worker, SIGHUP
+    used to end the node: 52 of 60 requests refused.)"""
+    proc, port = serve(workers)
+    log = _collect_stderr(proc)
+    old = _workers(proc.pid)
+    statuses: list[int | str] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            statuses.append(_status(port, "/health"))
+            time.sleep(0.02)  # pacing, not synchronisation: a few hundred requests over the reload
+
+    clients = [threading.Thread(target=load) for _ in range(3)]
+    for client in clients:
+        client.start()
+    _wait_for(lambda: len(statuses) >= 10, 60, "requests before the signal")
+    proc.send_signal(signal.SIGHUP)
+    # The reload is done when as many fresh workers as before listen and none of the old ones is left.
+    _wait_for(
+        lambda: (now := _workers(proc.pid)) and len(now) == workers and not now & old and all(map(_listens, now)),
+        60,
+        "fresh workers in place of the old ones",
+    )
+    during = len(statuses)
+    _wait_for(lambda: len(statuses) >= during + 10, 60, "requests after the reload")
+    stop.set()
+    for client in clients:
+        client.join(timeout=90)
+    assert proc.poll() is None, "the node stopped on SIGHUP"
+    refused = [s for s in statuses if s != 200]
+    assert not refused, f"{len(refused)} of {len(statuses)} requests not answered: {refused[:5]}"
+    assert any("reloading" in line for line in log)
+
+
+def _collect_stderr(proc: subprocess.Popen[str]) -> list[str]:
+    """The node's stderr lines, collected by a thread as they come (a pipe nobody reads would block the node)."""
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _lines_until(proc: subprocess.Popen[str], needle: str, count: int, seconds: float) -> list[str]:
+    """The node's stderr lines until ``needle`` has appeared ``count`` times; fails if it exits first or after
+    ``seconds`` (a bound that only a hang reaches)."""
+    found: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            found.put(line)
+        found.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    lines: list[str] = []
+    deadline = time.monotonic() + seconds
+    while sum(needle in line for line in lines) < count:
+        try:
+            line = found.get(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"{needle!r} not logged {count} times within {seconds} s: {lines[-5:]}") from None
+        if line is None:
+            raise AssertionError(f"the node exited ({proc.wait()}) before {needle!r}: {''.join(lines[-8:])}")
+        lines.append(line)
+    return lines
+
+
+def test_a_worker_that_cannot_reach_the_database_does_not_halt_the_node(
+    serve: Any, postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """The database goes away and the only worker dies (as when gunicorn's heartbeat kills a worker blocked on it):
+    its replacements cannot open the catalog. gunicorn used to halt the whole node then ("Worker failed to boot",
+    exit 3), and it stayed down once the database was back. Now each replacement waits and retries, and the node
+    answers again once the database returns."""
+    url = create_database(postgres_server, f"halt_{uuid.uuid4().hex[:12]}")
+    proc, port = serve(1, data_dir=str(tmp_path / "pg"), catalog="postgres", database_url=url)
+    assert _status(port, "/api/books") == 200
+    worker = next(iter(_workers(proc.pid)))
+    postgres_server.stop()
+    try:
+        os.kill(worker, signal.SIGKILL)
+        _lines_until(proc, "a dependency is down", 2, 60)  # two replacements failed to start, and the node lives
+        assert proc.poll() is None
+    finally:
+        postgres_server.start()
+    _wait_for(lambda: _status(port, "/api/books") == 200, 60, "the node answering once the database is back")
+    assert proc.poll() is None
+
+
+def test_a_node_started_while_redis_is_down_answers_503_until_it_returns(serve: Any) -> None:
+    """Redis (the access store) is down when the node starts: it starts, every metered route answers 503 naming no
+    internal host, and it serves once Redis is back, without a restart."""
+    redis = Redis()
+    redis.stop()
+    try:
+        proc, port = serve(1, access_backend="redis", redis_url=redis.url)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}{PAGE}", timeout=30)
+        error = refused.value
+        body = error.read().decode()
+        assert error.code == 503 and json.loads(body)["error"] == "unavailable"
+        assert str(redis.port) not in body + str(error.headers), body
+        redis.start()
+        _wait_for(lambda: _status(port, PAGE) == 200, 30, "metered routes answering once Redis is back")
+        assert proc.poll() is None
+    finally:
+        redis.stop()
 
 
 _DELIVERIES = """

@@ -68,6 +68,8 @@ MILLI = 1000  # stored units per image or page: prices are exact to a thousandth
 class AccessUnavailable(Unavailable):
     """The access-state store cannot be reached or fails. Callers must then deliver nothing and answer 503."""
 
+    dependency = "access store (budgets and rate limits)"
+
 
 @dataclass(frozen=True)
 class Reservation:

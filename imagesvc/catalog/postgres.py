@@ -42,7 +42,7 @@ from imagesvc.catalog.gate import DEFAULT_DEADLINE, CatalogGate
 from imagesvc.catalog.page_rank import SearchWork
 from imagesvc.catalog.schema import POSTGRES_FOLLOW_UPS, POSTGRES_MIGRATIONS, SCHEMA_VERSION
 from imagesvc.catalog.text_fold import Word
-from imagesvc.errors import Unavailable
+from imagesvc.errors import CatalogUnavailable as Unavailable  # every outage here is the catalog database's
 
 __all__ = ["MIGRATION_LOCK", "PostgresCatalog", "migrate_postgres", "translate"]
 

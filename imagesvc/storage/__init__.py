@@ -73,6 +73,8 @@ class ObjectExists(Conflict):
 class StoreUnavailable(Unavailable):
     """The store cannot be reached, refuses our credentials, or keeps failing after bounded retries."""
 
+    dependency = "object store"
+
 
 class InvalidKey(InvalidRequest):
     """A key every backend refuses alike (so that code tested on ``local`` behaves the same on ``s3``)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -9,13 +10,23 @@ from typing import Any
 
 from aiohttp import web
 
-from imagesvc.errors import ImagesvcError, InternalError, InvalidRequest, MethodNotAllowed, NotFound, PayloadTooLarge
+from imagesvc.errors import (
+    ImagesvcError,
+    InternalError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    RequestTimeout,
+)
 from imagesvc.web.app_keys import RATE_HEADERS, REQUEST_ID, SERVICES
 
 __all__ = [
     "CORS_HEADERS",
     "MAX_BODY_BYTES",
+    "BodyDeadline",
     "HttpError",
+    "body_deadline_middleware",
     "cors_middleware",
     "error_json",
     "error_middleware",
@@ -65,6 +76,41 @@ async def on_prepare(request: web.Request, response: web.StreamResponse) -> None
         response.headers.setdefault(name, value)
 
 
+class BodyDeadline(RequestTimeout, TimeoutError):
+    """The request body did not arrive in full within ``IMAGESVC_BODY_READ_TIMEOUT`` (408, and the connection closes).
+
+    Also a ``TimeoutError``: aiohttp, which drains an unread body after the response, then closes the connection
+    quietly instead of logging an unhandled exception.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            f"The request body did not arrive within {seconds:g} s.",
+            recovery=["Send the body at a steady rate; a picture of a few megabytes takes seconds."],
+            headers={"Connection": "close"},
+        )
+
+
+def _expire_body(request: web.Request, seconds: float) -> None:
+    if not request.content.is_eof():
+        # Every read of the body, pending or later, on any route, raises this; nothing else in the handler is cut.
+        request.content.set_exception(BodyDeadline(seconds))
+
+
+@web.middleware
+async def body_deadline_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give every request body a read deadline, counted from when its head arrived (a slowly sent body cannot hold a
+    connection and a handler for ever). A handler still reading the body then gets ``BodyDeadline`` from its read."""
+    if not request.body_exists:
+        return await handler(request)
+    seconds = request.app[SERVICES].settings.body_read_timeout
+    timer = asyncio.get_running_loop().call_later(seconds, _expire_body, request, seconds)
+    try:
+        return await handler(request)
+    finally:
+        timer.cancel()
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Render every failure as the one JSON error shape; unexpected ones are logged and become 500s."""
@@ -72,7 +118,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except ImagesvcError as exc:
-        return error_json(exc, request_id)
+        response = error_json(exc, request_id)
+        if isinstance(exc, RequestTimeout):
+            response.force_close()  # the rest of a late body is not waited for
+        return response
     except web.HTTPNotFound:
         return error_json(
             NotFound(

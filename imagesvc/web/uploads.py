@@ -3,8 +3,9 @@
 Bounds: the whole body (declared or counted, chunked or not) is at most the upload limit plus ``SLACK`` bytes; a
 multipart form has at most ``MAX_PARTS`` parts, each field at most ``FIELD_BYTES`` and the image at most the upload
 limit, and one ``image`` part; a compressed body (``Content-Encoding``) or part is refused unread, so no expansion has
-to be bounded; the body must arrive within ``IMAGESVC_BODY_READ_TIMEOUT`` seconds; parsing yields to the event loop
-after every part, so a form of many small parts cannot hold the loop. Malformed multipart (no boundary) is a 400.
+to be bounded; the body must arrive within ``IMAGESVC_BODY_READ_TIMEOUT`` seconds (as every request body must:
+``middleware.body_deadline_middleware``); parsing yields to the event loop after every part, so a form of many
+small parts cannot hold the loop. Malformed multipart (no boundary) is a 400.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.helpers import parse_mimetype
 from aiohttp.http_exceptions import HttpProcessingError
 
-from imagesvc.errors import InvalidRequest, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
-from imagesvc.web.app_keys import SERVICES
+from imagesvc.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
 from imagesvc.web.json_body import parse_object
 from imagesvc.web.params import coerce
 
@@ -131,28 +131,19 @@ async def upload_arguments(
     request: web.Request, image_limit: int, schema: dict[str, Any], *, forms: tuple[str, ...]
 ) -> dict[str, Any]:
     """The arguments a body of one of ``forms`` (``multipart``, ``json``, ``image``) carries, ``image`` as bytes (or
-    base64 text, from JSON); every bound above applies, and the whole read must end within the body timeout."""
+    base64 text, from JSON); every bound above applies (the body's read deadline is the middleware's)."""
     refuse_encoding(request.headers)
     ctype = request.content_type
     json_limit = image_limit * 4 // 3 + SLACK
     declared = request.content_length
     if declared is not None and declared > (json_limit if ctype == "application/json" else image_limit + SLACK):
         raise too_large(image_limit)
-    seconds = request.app[SERVICES].settings.body_read_timeout
-    try:
-        async with asyncio.timeout(seconds):
-            if ctype == "application/json" and "json" in forms:
-                return parse_object(await read_limited(request.content, json_limit))  # image: base64 text
-            if ctype.startswith("multipart/") and "multipart" in forms:
-                return await _multipart(request, image_limit, schema)
-            if (ctype.startswith("image/") or ctype == "application/octet-stream") and "image" in forms:
-                return {"image": await read_limited(request.content, image_limit)}
-    except TimeoutError:
-        raise RequestTimeout(
-            f"The request body did not arrive within {seconds} s.",
-            recovery=["Send the upload at a steady rate; a picture of a few megabytes takes seconds."],
-            headers={"Connection": "close"},
-        ) from None
+    if ctype == "application/json" and "json" in forms:
+        return parse_object(await read_limited(request.content, json_limit))  # image: base64 text
+    if ctype.startswith("multipart/") and "multipart" in forms:
+        return await _multipart(request, image_limit, schema)
+    if (ctype.startswith("image/") or ctype == "application/octet-stream") and "image" in forms:
+        return {"image": await read_limited(request.content, image_limit)}
     raise InvalidRequest(
         f"Search by image takes a picture, not {ctype or 'an untyped body'}.",
         recovery=[
