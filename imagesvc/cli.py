@@ -9,7 +9,16 @@ import sys
 from collections.abc import Sequence
 
 from imagesvc.access.policy import KEY_TIERS, key_tier
-from imagesvc.commands import cmd_demo, cmd_doctor, cmd_index, cmd_ingest, cmd_keys, cmd_marks, cmd_snapshot
+from imagesvc.commands import (
+    cmd_books,
+    cmd_demo,
+    cmd_doctor,
+    cmd_index,
+    cmd_ingest,
+    cmd_keys,
+    cmd_marks,
+    cmd_snapshot,
+)
 from imagesvc.errors import ImagesvcError
 from imagesvc.settings import Settings, SettingsError, load_settings
 
@@ -106,6 +115,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     p.add_argument("--json", action="store_true")
     p = ksub.add_parser("revoke", help="revoke a key by its id")
     p.add_argument("id", help="the key's public id (8 hex digits)")
+    books = sub.add_parser("books", help="withdraw a book (its public images too) or restore it")
+    books.set_defaults(func=cmd_books)
+    bsub = books.add_subparsers(dest="books_command", required=True)
+    for name, text in (
+        ("withdraw", "take a book down: hidden everywhere, its public images moved out of pub/"),
+        ("restore", "put a withdrawn book back: its public images at the same URLs, shown everywhere again"),
+    ):
+        p = bsub.add_parser(name, help=text, description=text + " (docs/operations.md).")
+        p.add_argument("book", help="the book's id or slug")
+        p.add_argument("--json", action="store_true", help="print the result as JSON (with the public URLs)")
     marks = sub.add_parser("marks", help="manage the visible marks of public tiers")
     msub = marks.add_subparsers(dest="marks_command", required=True)
     p = msub.add_parser("rebake", help="redraw marks from clean copies with the current settings")

@@ -1,4 +1,4 @@
-"""Operator jobs behind ``imagesvc``: ingest, demo, index, marks rebake, snapshot, and API keys.
+"""Operator jobs behind ``imagesvc``: ingest, demo, index, marks rebake, snapshot, API keys, and withdrawals.
 
 Each ``cmd_*`` takes the settings and the parsed arguments and returns an exit code; ``imagesvc.cli`` wires them
 into the command line.
@@ -20,7 +20,17 @@ from imagesvc.settings import Settings
 # Exit status of ingest and demo when they finished but some pages were refused (documented in README and --help).
 EXIT_REFUSED = 3
 
-__all__ = ["EXIT_REFUSED", "cmd_demo", "cmd_doctor", "cmd_index", "cmd_ingest", "cmd_keys", "cmd_marks", "cmd_snapshot"]
+__all__ = [
+    "EXIT_REFUSED",
+    "cmd_books",
+    "cmd_demo",
+    "cmd_doctor",
+    "cmd_index",
+    "cmd_ingest",
+    "cmd_keys",
+    "cmd_marks",
+    "cmd_snapshot",
+]
 
 
 async def _ingest(settings: Settings, manifest_paths: list[Path], progress: bool) -> dict[str, Any]:
@@ -307,6 +317,29 @@ def cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
             print(f"revoked {args.id}")
     finally:
         catalog.close()
+    return 0
+
+
+def cmd_books(settings: Settings, args: argparse.Namespace) -> int:
+    """Withdraw a book or restore it, public images included (imagesvc/ingest/withdrawal.py)."""
+    from imagesvc.catalog.backends import open_catalog
+    from imagesvc.ingest.withdrawal import restore, withdraw
+    from imagesvc.storage import make_store
+
+    change = withdraw if args.books_command == "withdraw" else restore
+
+    async def go() -> dict[str, Any] | str:
+        store, catalog = make_store(settings), open_catalog(settings)
+        try:
+            done = await change(catalog, store, args.book, settings.image_base)
+            await _publish(settings, store)  # nodes that follow catalog snapshots see the change with the next one
+        finally:
+            catalog.close()
+            await store.close()
+        return done.as_dict() if args.json else done.line()
+
+    result = asyncio.run(go())
+    print(json.dumps(result, indent=2) if args.json else result)
     return 0
 
 

@@ -69,14 +69,15 @@ def author_name(catalog: Any, author_id: str) -> str | None:
     return row["author"] if row else None
 
 
-def tsquery(text: str, *, phrase: bool = False) -> str:
-    """The PostgreSQL twin of the FTS5 expressions here: every word quoted (no user input is tsquery syntax), any
-    word may match (``phrase``: all, in order), the last also as a prefix. Words as ``title_author_expression``
-    reads them; an empty text gives a query that matches nothing."""
-    words = [w.casefold() for w in _WORD.findall(text)][:32]
-    if not words:
+def tsquery(catalog: Any, text: str, *, phrase: bool = False) -> str:
+    """The PostgreSQL twin of the FTS5 expressions here: every word folded as the index folds it, then quoted (no user
+    input is tsquery syntax, ``search_sql.folded_words``), any word may match (``phrase``: all, in order), the last
+    also as a prefix. An empty text gives a query that matches nothing."""
+    from imagesvc.catalog.search_sql import folded_words, quoted
+
+    terms = quoted(folded_words(catalog, text)[:32])
+    if not terms:
         return "''"
-    terms = ["'" + w.replace("'", "") + "'" for w in words]
     terms[-1] += ":*"
     return (" <-> " if phrase else " | ").join(terms)
 
@@ -168,11 +169,11 @@ def query_books(
         if expression is None:
             return [], 0
         if postgres:  # the stored vectors of book_search (migration 13); ts_rank is higher for better, so negated
-            query = "to_tsquery('simple', imagesvc_fold(?))"
+            query, terms = "to_tsquery('simple', ?)", tsquery(catalog, f.search)
             join = "JOIN book_search s ON s.book_id = b.id"
             where.append(f"s.doc @@ {query}")
-            args.append(tsquery(f.search))
-            rank, rank_args = f"-ts_rank(s.doc, {query})", [tsquery(f.search)]
+            args.append(terms)
+            rank, rank_args = f"-ts_rank(s.doc, {query})", [terms]
         else:
             join = "JOIN books_fts ON books_fts.rowid = b.rowid"
             where.append("books_fts MATCH ?")

@@ -19,6 +19,7 @@ __all__ = [
     "delete_pages_not_in",
     "remove_illustration",
     "replace_collections",
+    "restore_book",
     "upsert_book",
     "upsert_page",
     "upsert_pages",
@@ -234,6 +235,11 @@ def replace_collections(conn: sqlite3.Connection, collections: list[dict[str, An
 def withdraw_book(conn: sqlite3.Connection, book_id: str) -> bool:
     """Hide a book (and so its pages and illustrations) from every listing; returns whether it existed."""
     return conn.execute("UPDATE books SET withdrawn = 1 WHERE id = ?", (book_id,)).rowcount > 0
+
+
+def restore_book(conn: sqlite3.Connection, book_id: str) -> bool:
+    """Show a withdrawn book again everywhere (the change feed logs a Create); returns whether it existed."""
+    return conn.execute("UPDATE books SET withdrawn = 0 WHERE id = ?", (book_id,)).rowcount > 0
 
 
 def remove_illustration(conn: sqlite3.Connection, illustration_id: str) -> bool:

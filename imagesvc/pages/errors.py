@@ -6,7 +6,6 @@ outside the API, IIIF and the image host from a browser (one that accepts text/h
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -27,8 +26,13 @@ TITLES = {400: "That request cannot be read", 404: "Not found", 429: "Please wai
 def _is_page(request: web.Request) -> bool:
     route = request.match_info.route
     handler = getattr(route, "handler", None)
-    # Routes hold the handler as the parameter check wrapped it (web.params.strict/accepts): compare what is inside.
-    return handler is not None and (handler in PAGE_HANDLERS or inspect.unwrap(handler) in PAGE_HANDLERS)
+    # Routes hold the handler as the parameter checks wrapped it (web.params.strict/accepts/text_only): compare each
+    # layer down to what is inside.
+    while handler is not None:
+        if handler in PAGE_HANDLERS:
+            return True
+        handler = getattr(handler, "__wrapped__", None)
+    return False
 
 
 def _browser_miss(request: web.Request) -> bool:

@@ -21,6 +21,8 @@ __all__ = [
     "accepted_names",
     "canonical",
     "closest",
+    "not_text",
+    "refuse_not_text",
     "unknown_name",
     "validate",
     "whole_numbers",
@@ -124,28 +126,41 @@ def _kind(rule: Any) -> str:
     return " or ".join(names.get(k, str(k)) for k in kinds)
 
 
-def _lone_surrogate(value: Any) -> str | None:
-    """The first lone surrogate in ``value``'s strings (``"\\ud800"`` is valid JSON but no Unicode text), as U+XXXX."""
+def not_text(value: Any) -> str | None:
+    """What in ``value``'s strings (nested in lists and dicts too) no text may hold, or None: NUL, which neither
+    catalog stores (PostgreSQL refuses it in text) and no id, query or cursor means, or a lone surrogate
+    (``"\\ud800"`` is valid JSON and a Python str, but no Unicode text: UTF-8 cannot encode it)."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return f"U+{ord(value[exc.start]):04X}"
+        if "\x00" in value:
+            return "NUL (U+0000)"
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"U+{ord(value[exc.start]):04X}, a lone surrogate"
         return None
     items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-    return next((found for item in items if (found := _lone_surrogate(item))), None)
+    return next((found for item in items if (found := not_text(item))), None)
+
+
+def refuse_not_text(where: str, name: str, value: Any) -> None:
+    """``InvalidRequest`` naming parameter ``name`` when ``value`` holds what no text may hold (``not_text``): the one
+    check of every door, for arguments, path segments, query strings, form fields and decoded cursors alike."""
+    if (found := not_text(value)) is not None:
+        raise InvalidRequest(
+            f"{where}: {name} holds {found}, which is not text.",
+            recovery=[
+                "Send text as UTF-8 without NUL; a surrogate pair (\\ud83d\\ude00) is one character, a lone half none."
+            ],
+            details={"parameter": name},
+        )
 
 
 def validate(where: str, schema: dict[str, Any], arguments: dict[str, Any]) -> None:
-    """``InvalidRequest`` naming the first parameter that breaks ``schema`` (unknown names first) or holds text that
-    is no Unicode (a lone surrogate), else nothing."""
+    """``InvalidRequest`` naming the first parameter that holds what no text may hold (``not_text``) or breaks
+    ``schema`` (unknown names first), else nothing."""
     for name, value in arguments.items():
-        if (found := _lone_surrogate(value)) is not None:
-            raise InvalidRequest(
-                f"{where}: {name} holds {found}, a lone surrogate: not Unicode text",
-                recovery=["Send text as UTF-8; a surrogate pair (\\ud83d\\ude00) is one character, a lone half none."],
-                details={"parameter": name},
-            )
+        refuse_not_text(where, name, value)
     known = set(schema.get("properties", {}))
     if schema.get("additionalProperties") is False:
         for name in arguments:

@@ -22,6 +22,7 @@ from imagesvc.catalog.reader import counts
 from imagesvc.errors import InvalidRequest, NotFound
 from imagesvc.imaging import TIERS
 from imagesvc.services import Services
+from imagesvc.surface.arguments import not_text
 from imagesvc.surface.paging import envelope
 from imagesvc.tools import Call, tool
 from imagesvc.tools.archive import MAX_PAGE, require_key
@@ -40,9 +41,10 @@ def _cursor(book_id: str, number: int) -> str:
 def _after(cursor: str) -> tuple[str, int]:
     try:
         book_id, number = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        # The caller's text decoded: a page number the catalog could not compare (past int64, or a JSON true) is
-        # as foreign as malformed base64.
-        if not isinstance(book_id, str) or type(number) is not int or not 0 <= number <= MAX_PAGE:
+        # The caller's text decoded: a page number the catalog could not compare (past int64, or a JSON true), or an
+        # id holding what no text holds (NUL, a lone surrogate: no UTF-8 for either catalog), is as foreign as
+        # malformed base64.
+        if not isinstance(book_id, str) or not_text(book_id) or type(number) is not int or not 0 <= number <= MAX_PAGE:
             raise ValueError(cursor)
     except (ValueError, TypeError) as exc:
         raise InvalidRequest(

@@ -220,7 +220,7 @@ def _check_cursor(cursor: str, offset: int, *, ranked: bool) -> None:
         raise InvalidRequest(
             problem,
             recovery=["Pass the next_cursor of the previous page unchanged, with the same filters and no offset."],
-            details={"argument": "cursor"},
+            details={"parameter": "cursor"},
         )
 
 

@@ -21,7 +21,15 @@ from aiohttp import web
 
 from imagesvc.errors import InvalidRequest
 from imagesvc.settings import parse_bool
-from imagesvc.surface.arguments import ALIASES, canonical, unknown_name, validate, whole_numbers, with_defaults
+from imagesvc.surface.arguments import (
+    ALIASES,
+    canonical,
+    refuse_not_text,
+    unknown_name,
+    validate,
+    whole_numbers,
+    with_defaults,
+)
 
 __all__ = [
     "ANY",
@@ -39,6 +47,7 @@ __all__ = [
     "query_schema",
     "route_name",
     "strict",
+    "text_only",
 ]
 
 QUERY_SCHEMA = "query_schema"  # the attribute under which a handler carries its declared query parameters
@@ -176,6 +185,22 @@ def strict(handler: Handler) -> Handler:
 
 
 NONE: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": {}}
+
+
+def text_only(handler: Handler) -> Handler:
+    """``handler`` behind the one text check of a URL (``surface.arguments.refuse_not_text``): a path segment or a
+    query value holding NUL is a 400 naming it before any handler reads it, on every route: a page's slug, an IIIF
+    identifier or an image path as much as a tool's argument. (A query string cannot carry a lone surrogate: its
+    undecodable bytes read as U+FFFD; bodies are checked where their arguments meet the tool's schema.)"""
+
+    @functools.wraps(handler)
+    async def checked(request: web.Request) -> web.StreamResponse:
+        where = route_name(request)
+        for name, value in (*request.match_info.items(), *request.query.items()):
+            refuse_not_text(where, name, value)
+        return await handler(request)
+
+    return checked
 
 
 def declare_body(handler: Any, content: dict[str, dict[str, Any]]) -> None:

@@ -15,7 +15,7 @@ from imagesvc.pages import assets as page_assets
 from imagesvc.pages import illustrations as page_illustrations
 from imagesvc.pages import reading as page_reading
 from imagesvc.web import archive, docs, gallery, iiif, image_search, images, mcp, metrics, probes, quota, rest, text
-from imagesvc.web.params import check_declared, strict
+from imagesvc.web.params import check_declared, strict, text_only
 
 __all__ = ["API", "ROUTES", "SITE", "Route", "add_routes", "mounted"]
 
@@ -96,6 +96,7 @@ def add_routes(app: web.Application, base_path: str) -> None:
     for method, path, handler in mounted(base_path):
         check_declared(handler, f"{method} {path}")
         handler = strict(handler)  # type: ignore[arg-type]  # a route that declares no query parameters takes none
+        handler = text_only(handler)  # no path segment or query value holds NUL: a 400 naming it
         if method == "GET":
             app.router.add_get(path, handler)  # type: ignore[arg-type]  # also answers HEAD
         else:
