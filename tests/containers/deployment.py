@@ -44,8 +44,15 @@ s3.put_bucket_policy(Bucket="imagesvc", Policy=json.dumps(policy))
 """
 
 
-def interpolate(text: str, env: dict[str, str]) -> str:
-    """Compose's variable syntax: ``${VAR}``, ``${VAR:-default}``, ``${VAR:?error}``, ``$$`` for a dollar sign."""
+def interpolate(value: Any, env: dict[str, str]) -> Any:
+    """Compose's variables in every string of a parsed file: ``${VAR}``, ``${VAR:-default}``, ``${VAR:?error}``,
+    ``$$`` for a dollar sign (after parsing, as compose does: ``KEY: ${VAR:-}`` is an empty string, not null)."""
+    if isinstance(value, dict):
+        return {key: interpolate(item, env) for key, item in value.items()}
+    if isinstance(value, list):
+        return [interpolate(item, env) for item in value]
+    if not isinstance(value, str):
+        return value
 
     def one(match: re.Match[str]) -> str:
         if match.group(0) == "$$":
@@ -58,7 +65,7 @@ def interpolate(text: str, env: dict[str, str]) -> str:
             raise KeyError(f"{name}: {arg}")
         return value
 
-    return re.sub(r"\$\$|\$\{(?P<name>\w+)(?:(?P<op>:[-?])(?P<arg>[^}]*))?\}", one, text)
+    return re.sub(r"\$\$|\$\{(?P<name>\w+)(?:(?P<op>:[-?])(?P<arg>[^}]*))?\}", one, value)
 
 
 def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -107,7 +114,7 @@ class Deployment:
             "IMAGESVC_PUBLIC_URL": f"http://{self.proxy_ip}",
             "IMAGESVC_SERVE_WORKERS": str(self.workers),
         }
-        self.services: dict[str, dict[str, Any]] = yaml.safe_load(interpolate(COMPOSE.read_text(), env))["services"]
+        self.services: dict[str, dict[str, Any]] = interpolate(raw["services"], env)
 
     def name(self, service: str) -> str:
         return f"{self.project}-{service}"
@@ -130,7 +137,8 @@ class Deployment:
             if host.startswith(("/", ".")):  # a bind mount; named volumes are the containers' own storage here
                 source = (COMPOSE.parent / host).resolve()
                 argv += ["-v", ":".join([str(source), target, *mode])]
-        argv += ["-d"] if detach else ["--rm"]
+        # One-shots have no use for the image's healthcheck (podman would also ask systemd to schedule it).
+        argv += ["-d"] if detach else ["--rm", "--no-healthcheck"]
         return podman(*argv, image, *command, timeout=600).stdout
 
     def exec_ok(self, service: str, command: list[str]) -> bool:
