@@ -62,7 +62,8 @@ def test_dockerfile_runs_json_logs_as_non_root_with_a_healthcheck() -> None:
     assert stages == ["builder", "runtime"]
     runtime = text.split("AS runtime", 1)[1]
     assert re.search(r"^USER 10001:10001$", runtime, flags=re.MULTILINE)
-    assert "IMAGESVC_LOG_FORMAT=json" in runtime and "/health" in runtime.split("HEALTHCHECK", 1)[1]
+    assert "IMAGESVC_LOG_FORMAT=json" in runtime
+    assert "/health/live" in runtime.split("HEALTHCHECK", 1)[1]  # liveness: no restart for a dependency's outage
     assert '"torch==2.13.0"' in text and "download.pytorch.org/whl/cpu" in text
 
 
@@ -87,6 +88,8 @@ def test_compose_config_resolves_and_its_app_settings_load() -> None:
         assert "postgres" in services[name]["depends_on"]
         grace = services[name]["stop_grace_period"]
         assert int(grace.rstrip("s")) > settings.shutdown_timeout  # Docker must not SIGKILL mid-drain
+        if name != "ingester":  # a serving node is healthy when it is ready
+            assert "/health/ready" in " ".join(services[name]["healthcheck"]["test"])
     # the search indexes are computed once, by a one-shot `imagesvc index` with a lasting work dir of its own
     index = services["index"]
     assert index["command"] == ["imagesvc", "index", "--quiet"] and "tools" in index["profiles"]

@@ -94,21 +94,27 @@ class Catalog:
 
     dialect = "sqlite"
 
-    def __init__(self, path: Path | str, *, deadline: float = DEFAULT_DEADLINE) -> None:
-        self.gate = CatalogGate(self.ping, deadline=deadline, threads=1)
+    def __init__(self, path: Path | str, *, deadline: float = DEFAULT_DEADLINE, guard: bool = False) -> None:
+        self.gate = CatalogGate(self.ping, deadline=deadline, threads=1, guard=guard)
         self.path = Path(path)
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA busy_timeout = 5000")
-        _use_wal(self._conn)
-        self._conn.execute("PRAGMA foreign_keys = ON")
-        self.schema_version = migrate(self._conn)
+        self._raw = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._raw.row_factory = sqlite3.Row
+        self._raw.execute("PRAGMA busy_timeout = 5000")
+        _use_wal(self._raw)
+        self._raw.execute("PRAGMA foreign_keys = ON")
+        self.schema_version = migrate(self._raw)
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The connection, for a call made off the event loop (``gate.off_loop`` says so otherwise)."""
+        self.gate.off_loop()
+        return self._raw
 
     def close(self) -> None:
         self.gate.close()
-        self._conn.close()
+        self._raw.close()
 
     def ping(self) -> None:
         """Return once a read of the books table returns (what the gate's probe and readiness ask)."""

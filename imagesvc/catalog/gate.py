@@ -8,9 +8,10 @@ lock) cannot enforce its own ``statement_timeout``. So nothing on the event loop
   the object store's reads and ``/health`` use): one thread for SQLite, whose one connection serialises its calls
   anyway; the pool's size for PostgreSQL;
 - answers ``Unavailable`` (503 ``unavailable``) when the call has not returned within the deadline
-  (``IMAGESVC_CATALOG_DEADLINE``), and marks the catalog hung: from then on every call fails at once, so no queue of
-  threads piles up behind a hung server, while one probe (``catalog.ping``, a read of the books table, queued behind
-  whatever is stuck) waits on the catalog's own threads; when it returns, calls go through again.
+  (``IMAGESVC_CATALOG_DEADLINE``). When the call had started (it was not merely queued behind others), the catalog
+  is marked hung: from then on every call fails at once, so no queue of threads piles up behind a hung server, while
+  one probe (``catalog.ping``, a read of the books table, queued behind whatever is stuck) waits on the catalog's
+  own threads; when it returns, calls go through again.
 
 Code that already runs in a worker thread (search builds, ingest, the command line) calls the catalog directly.
 """
@@ -18,16 +19,16 @@ Code that already runs in a worker thread (search builds, ingest, the command li
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import threading
+import warnings
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from imagesvc.errors import Unavailable
 
-__all__ = ["DEFAULT_DEADLINE", "MAX_DEADLINE", "AsyncCatalog", "CatalogGate"]
+__all__ = ["DEFAULT_DEADLINE", "MAX_DEADLINE", "AsyncCatalog", "CatalogGate", "CatalogOnLoop"]
 
 log = logging.getLogger("imagesvc.catalog.gate")
 
@@ -36,12 +37,24 @@ MAX_DEADLINE = 2.0  # the promise: a hung catalog costs a request at most this l
 T = TypeVar("T")
 
 
+class CatalogOnLoop(RuntimeWarning):
+    """A serving catalog was called on the event loop's thread, where a hung server would stop the loop."""
+
+
 class CatalogGate:
     """Runs catalog calls off the event loop under ``deadline`` seconds, on at most ``threads`` threads of its own;
-    ``ping`` is the probe that must return before calls go through again after a call overran its deadline."""
+    ``ping`` is the probe that must return before calls go through again after a call overran its deadline.
+    ``guard`` (a serving process's catalog) makes a call on the event loop's own thread warn (``CatalogOnLoop``;
+    an error under the tests), so a door that bypasses the gate is found."""
 
     def __init__(
-        self, ping: Callable[[], Any], *, deadline: float = DEFAULT_DEADLINE, threads: int = 1, retry: float = 0.25
+        self,
+        ping: Callable[[], Any],
+        *,
+        deadline: float = DEFAULT_DEADLINE,
+        threads: int = 1,
+        retry: float = 0.25,
+        guard: bool = False,
     ) -> None:
         if not 0 < deadline <= MAX_DEADLINE:
             raise ValueError(f"a catalog deadline is more than 0 and at most {MAX_DEADLINE:g} s, not {deadline!r}")
@@ -53,6 +66,16 @@ class CatalogGate:
         self._lock = threading.Lock()
         self._hung = threading.Event()
         self._closed = False
+        self.guard = guard
+
+    def off_loop(self) -> None:
+        """Warn when called on a thread that runs an event loop (the catalog's own threads run none)."""
+        if self.guard and asyncio._get_running_loop() is not None:
+            warnings.warn(
+                "a catalog call on the event loop: await it through services.db or catalog.gate",
+                CatalogOnLoop,
+                stacklevel=4,
+            )
 
     @property
     def hung(self) -> bool:
@@ -63,11 +86,21 @@ class CatalogGate:
         """``fn(*args, **kwargs)`` on the catalog's threads; ``Unavailable`` past the deadline or while hung."""
         if self._hung.is_set():
             raise _hung_error()
-        future = asyncio.get_running_loop().run_in_executor(self._executor(), functools.partial(fn, *args, **kwargs))
+        started = threading.Event()
+
+        def call() -> T:
+            started.set()
+            return fn(*args, **kwargs)
+
+        future = asyncio.get_running_loop().run_in_executor(self._executor(), call)
         try:
             return await asyncio.wait_for(future, self.deadline)
         except TimeoutError:
             # wait_for cancelled the future: a call still queued never runs; one running finishes in its thread.
+            if not started.is_set():  # queued behind others the whole time: busy, which a hang ahead also marks
+                raise Unavailable(
+                    f"The catalog is busy: no answer within {self.deadline:g} s.", retry_after=1
+                ) from None
             self._mark_hung(getattr(fn, "__name__", "a call"))
             raise _hung_error() from None
 

@@ -128,8 +128,9 @@ class PostgresCatalog(Catalog):
         probe_interval: float = 0.5,
         deadline: float = DEFAULT_DEADLINE,
         lazy: bool = False,
+        guard: bool = False,
     ) -> None:
-        self.gate = CatalogGate(self.ping, deadline=deadline, threads=pool_size)
+        self.gate = CatalogGate(self.ping, deadline=deadline, threads=pool_size, guard=guard)
         self.url = url
         self.path = None  # no file: ``reader`` shares this (thread-safe) catalog with worker threads
         self._pool_timeout = pool_timeout
@@ -228,6 +229,7 @@ class PostgresCatalog(Catalog):
         """A pooled connection; ``Unavailable`` for a full pool (after the bounded wait), a statement past its
         timeout, a write rolled back by a conflict (deadlock, serialization, lock wait), or an unreachable server
         (which also opens the outage); ``_Broken`` for one dead connection."""
+        self.gate.off_loop()
         self._check_up()
         if self.schema_version is None:  # a lazy catalog's first call that reaches the server
             try:

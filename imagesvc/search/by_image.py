@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from imagesvc.errors import Unavailable
 from imagesvc.search.block_index import BlockIndex, current_digest, load_blocks
 from imagesvc.search.feature_index import Candidate
 from imagesvc.search.features import extract_query
@@ -165,12 +166,21 @@ async def warm_up(services: Any) -> None:
     from imagesvc.search.engine import engine_for
 
     engine = engine_for(services)
-    try:
-        if engine.text_model is not None:
-            while not await engine.dense_ready() and engine.text_model_state().startswith("loading"):
-                await asyncio.sleep(1)  # dense_ready waits search_wait seconds at a time; the job goes on
-        matcher = matcher_for(services)
-        while await matcher.ready() is None and matcher._job is not None and not matcher._job.done():
+    waited = False
+    while True:
+        try:
+            if engine.text_model is not None:
+                while not await engine.dense_ready() and engine.text_model_state().startswith("loading"):
+                    await asyncio.sleep(1)  # dense_ready waits search_wait seconds at a time; the job goes on
+            matcher = matcher_for(services)
+            while await matcher.ready() is None and matcher._job is not None and not matcher._job.done():
+                await asyncio.sleep(1)
+            return
+        except Unavailable as exc:  # the catalog is down or hung: warm up once it answers (readiness waits)
+            if not waited:
+                log.warning("search warm-up waits for a dependency: %s", exc.message)
+                waited = True
             await asyncio.sleep(1)
-    except Exception:
-        log.exception("search warm-up failed; searches will say which signals are missing")
+        except Exception:
+            log.exception("search warm-up failed; searches will say which signals are missing")
+            return

@@ -83,13 +83,14 @@ class DenseText:
         self.closed = False  # set when the search state this belongs to is replaced: work in flight stops
         self._lexicons_asked = False
 
-    def _published(self) -> bool:
-        """Whether the index comes from the catalog's published one (always with PostgreSQL)."""
+    def _published(self, read: bool = True) -> bool:
+        """Whether the index comes from the catalog's published one (always with PostgreSQL). ``read=False`` asks
+        the catalog nothing (reports made on the event loop): the row last read decides."""
         if self.follower is None:
             return False
         if self.follower.only:
             return True
-        return not self.follower.local() and self.follower.row() is not None
+        return not self.follower.local() and (self.follower.row() if read else self.follower.last) is not None
 
     def _indexed_model(self) -> str | None:
         """The model the text index was embedded by (a small JSON read, or the published row's)."""
@@ -257,7 +258,8 @@ class DenseText:
 
     def source(self) -> dict[str, Any]:
         """Where the text index in service came from, for /health."""
-        out = self.follower.describe() if self._published() and self.follower is not None else {"source": "data dir"}
+        published = self._published(read=False) and self.follower is not None
+        out = self.follower.describe() if published else {"source": "data dir"}  # type: ignore[union-attr]
         return out | {"embedded_here": self.embedded}
 
     def scores(self, text: str) -> tuple[list[str], np.ndarray] | None:

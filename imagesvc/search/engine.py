@@ -139,13 +139,14 @@ class SearchEngine:
             return Stamps(version, row["digest"])  # a new index to fetch
         return Stamps(version, follower.digest or 0)  # the one in service (a refused one, or one to retry later)
 
-    def _clip_follower(self) -> Follower | None:
+    def _clip_follower(self, read: bool = True) -> Follower | None:
         """The published CLIP index's follower when it is the source (CLIP on; PostgreSQL, or SQLite with no index
-        in the data dir and one published), else None."""
+        in the data dir and one published), else None. ``read=False`` asks the catalog nothing (the event loop's
+        own callers): a row not yet read counts as none."""
         follower = self.followers.get("clip")
         if follower is None or self.encoder is None or follower.local():
             return None
-        if not follower.only and self._clip_row[1] is None and follower.row() is None:
+        if not follower.only and self._clip_row[1] is None and (not read or follower.row() is None):
             return None
         return follower
 
@@ -153,7 +154,7 @@ class SearchEngine:
         """Where to read the CLIP index for ``stamps``: the data dir, the published index in service, or a newly
         published one fetched now (returned with its row, to confirm once it loads); and the stamps of what is read.
         A refused one changes nothing: the snapshot is stamped with the index in service."""
-        follower = self._clip_follower()
+        follower = await self.catalog.gate.run(self._clip_follower)
         if follower is None:
             return self._data_dir, None, stamps
         row = self._clip_row[1]
@@ -299,7 +300,7 @@ class SearchEngine:
             out["rebuild_error"] = self._failed[1]
         if self.dense.model is not None:
             out["text_index"] = self.dense.source()
-        if (follower := self._clip_follower()) is not None:
+        if (follower := self._clip_follower(read=False)) is not None:
             out["clip_index"] = follower.describe()
         return out
 
@@ -339,12 +340,16 @@ class SearchEngine:
             known = self._rows_of_dense = (table, ids, table.rows_of(ids, len(ids)))
         return known[2]
 
-    def excluded(self, terms: tuple[str, ...]) -> frozenset[str]:
+    async def excluded(self, terms: tuple[str, ...]) -> frozenset[str]:
         """Ids of illustrations whose text matches any of ``terms`` as keywords (negative query terms)."""
-        out: set[str] = set()
-        for term in terms:
-            out |= matching_ids(self.catalog, term)
-        return frozenset(out)
+
+        def read(catalog: Any) -> frozenset[str]:
+            out: set[str] = set()
+            for term in terms:
+                out |= matching_ids(catalog, term)
+            return frozenset(out)
+
+        return await self.catalog.gate.run(read, self.catalog)  # type: ignore[no-any-return]
 
     def _vocabulary(self) -> Vocabulary:
         with reader(self.catalog) as source:

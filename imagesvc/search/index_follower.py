@@ -32,6 +32,7 @@ class Follower:
         self.rejected: dict[str, str] = {}  # digest -> why it was refused
         self._retry: dict[str, float] = {}  # digest -> when to try again (the store was unreachable)
         self._said_none = False
+        self.last: dict[str, Any] | None = None  # the row the last ``row()`` read (for reports made on the loop)
 
     def local(self) -> bool:
         """Whether the index comes from the data dir (SQLite with an index of its own there)."""
@@ -39,7 +40,7 @@ class Follower:
 
     def row(self) -> dict[str, Any] | None:
         """The catalog's current row (one indexed read); logs once when PostgreSQL names none."""
-        row = current(self.catalog, self.kind)
+        row = self.last = current(self.catalog, self.kind)
         if row is None and self.only and not self._said_none:
             self._said_none = True
             log.warning(

@@ -186,7 +186,7 @@ async def list_dataset_changes(services: Services, call: Call, page: int | None 
             },
             "endTime": row["at"],
         }
-        for row in changes(services.catalog, start + 1, start + CHANGES_PAGE)
+        for row in await services.db.call(changes, start + 1, start + CHANGES_PAGE)
     ]
     body: dict[str, Any] = {
         "@context": DISCOVERY_CONTEXT,

@@ -126,7 +126,7 @@ async def search_images(
         like=fold(like) if like is not None else None,
         book_ids=book_ids,
         in_ids=in_ids,
-        exclude_ids=engine.excluded(parsed.negative) if parsed.negative else None,
+        exclude_ids=await engine.excluded(parsed.negative) if parsed.negative else None,
         max_per_book=maxPerBook,
         limit=limit,
         offset=offset,

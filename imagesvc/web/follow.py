@@ -62,7 +62,8 @@ class SnapshotFollower:
 
     async def _open(self, version: str, folder: Path) -> Generation:
         """Open a pulled folder and build its search snapshot (in worker threads: nothing shares it yet)."""
-        catalog = await asyncio.to_thread(Catalog, folder / "catalog.sqlite3")
+        path, deadline = folder / "catalog.sqlite3", self.settings.catalog_deadline
+        catalog = await asyncio.to_thread(Catalog, path, deadline=deadline, guard=True)  # served: through its gate
         try:
             engine = SearchEngine(
                 self.settings, catalog, encoder=self._own[1].encoder, data_dir=folder, store=self.services.store

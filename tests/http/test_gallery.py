@@ -472,9 +472,13 @@ async def test_a_page_is_filled_past_results_withdrawn_since_the_search_snapshot
     ranked = {"q": "furnace", "limit": 3, "maxPerBook": 1000}
     before = await get(client, "/api/gallery", **ranked)
     listing = await get(client, "/api/gallery", limit=3, maxPerBook=1000)
-    with client.app[SERVICES].catalog.transaction() as conn:
-        remove_illustration(conn, before["items"][0]["id"])
-        remove_illustration(conn, listing["items"][1]["id"])
+
+    def remove(catalog: Any) -> None:
+        with catalog.transaction() as conn:
+            remove_illustration(conn, before["items"][0]["id"])
+            remove_illustration(conn, listing["items"][1]["id"])
+
+    await client.app[SERVICES].db.call(remove)  # on the catalog's own thread, as the app's calls
     after = await get(client, "/api/gallery", **ranked)
     assert len(after["items"]) == 3 and after["has_more"]
     assert [i["id"] for i in after["items"]][:2] == [i["id"] for i in before["items"]][1:]
