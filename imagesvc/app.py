@@ -17,6 +17,7 @@ from imagesvc.settings import Settings
 from imagesvc.storage import make_store
 from imagesvc.storage.hot import HotObjects
 from imagesvc.web.access import access_middleware
+from imagesvc.web.allocator import return_large_blocks
 from imagesvc.web.app_keys import ACCESS, HEALTH_COUNTS, IDENTIFIER, IIIF, METRICS, SERVICES
 from imagesvc.web.health_counts import CatalogCounts
 from imagesvc.web.metrics import observe_middleware, rejections_middleware
@@ -38,6 +39,7 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
 
     ``resolver`` answers the DNS look-ups of crawler verification (the system resolver by default).
     """
+    return_large_blocks()  # a burst of image-sized buffers is given back to the system once freed
     resolver = resolver or SystemResolver()
     # observe is outermost so it sees every final status; rejections sits inside error to see 429s as errors;
     # html_error renders the errors of pages for people (the JSON shape stays for everything else); body_deadline

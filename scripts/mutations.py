@@ -189,6 +189,26 @@ MUTATIONS = [
         "    if True:",
         ("tests/http/test_image_c2pa.py",),
     ),
+    Mutation(
+        "charged-when-handed-over",
+        "a unit is committed once the client acknowledged its last byte, not when it was handed to the socket",
+        "imagesvc/web/wire.py",
+        "            return _acked(self._sock) + queued + buffered\n",
+        "            return 0\n",
+        (
+            "tests/http/test_delivery_metering.py::test_a_reader_that_stops_after_the_head_pays_for_nothing_and_is_cut_off",
+        ),
+    ),
+    Mutation(
+        "reservations-not-renewed",
+        "a delivery still being written renews its reservations, so a commit after a long stall counts",
+        "imagesvc/web/access.py",
+        "renew_every=settings.reservation_ttl / 3)",
+        "renew_every=1e9)",
+        (
+            "tests/http/test_delivery_metering.py::test_a_delivery_read_after_stalls_longer_than_a_reservation_lives_is_charged_in_full",
+        ),
+    ),
 ]
 
 

@@ -1,8 +1,9 @@
 """Archive framing: members in, container bytes out (ZIP64 with ``stream-zip``, or POSIX pax TAR), streamed.
 
-A ``Member`` holds one file's bytes (one member at a time is in memory, two for ZIP, which looks one ahead) and a
-``sent`` callback. The generators here call ``sent`` once every byte of that member has been taken by the consumer,
-which writes each chunk before asking for the next: the point at which an image counts as delivered.
+A ``Member`` holds one file's bytes (one member at a time is in memory; ZIP fetches the next as the current one
+ends) and a ``sent`` callback. The generators here call ``sent`` once every byte of that member has been taken by the
+consumer, which writes each chunk before asking for the next: the point from which the door waits for the client to
+acknowledge the member.
 
 ``stream-zip`` (MIT) rather than ``zipstream-ng`` (LGPL-3.0): both stream ZIP64 in constant memory; ``zipstream-ng``
 can also compute a total size ahead, but signed members' sizes are only known once signed, so that buys nothing here.
@@ -69,31 +70,44 @@ async def zip_chunks(members: AsyncIterator[Member]) -> AsyncIterator[bytes]:
     """A ZIP64 stream of ``members`` (stored, not deflated); each member's ``sent`` runs once its bytes were taken.
 
     ``stream_zip`` is a plain generator that pulls members from an iterator: it is stepped here on the event loop,
-    with the next member fetched (awaited) before each step, so that it never finds the queue empty before the end.
+    and the next member is fetched (awaited) before the step that could ask for it: once the output since the
+    current member was taken is within two chunks of its size (one step makes one chunk). So the next member is made
+    only as the current one ends, and an archive whose client stopped reading holds the one member it is sending.
     """
     queue: deque[Member] = deque()
     done: list[Member] = []
     source = members.__aiter__()
     exhausted = False
+    current: list[int] = []  # the size of the member being framed, once it is taken
+    emitted = 0  # output since it was taken, counting the whole chunk it was taken in (so never too little)
     mode = stat.S_IFREG | 0o644
 
     def files() -> Iterator[tuple[str, dt.datetime, int, object, tuple[bytes]]]:
-        while queue:
+        while queue or not exhausted:
+            if not queue:  # a member asked for before it was fetched would end the archive early: never silently
+                raise RuntimeError("the ZIP framing ran ahead of the archive's members")
             member = queue.popleft()
+            current[:] = [len(member.data)]
             yield member.name, member.modified, mode, NO_COMPRESSION_64, (member.data,)
-            done.append(member)  # resumed for the next member: this one's bytes are all in the chunk being built
+            # Resumed for the next member: this one's bytes are all in the chunk being built, so they need not be
+            # held while that chunk waits for a client that may not read it.
+            member.data = b""
+            done.append(member)
 
     chunks = iter(stream_zip(files(), chunk_size=ZIP_CHUNK, extended_timestamps=False))  # type: ignore[arg-type]
     while True:
-        if not queue and not exhausted:
+        near_end = not current or current[0] - emitted <= 2 * ZIP_CHUNK
+        if not queue and not exhausted and near_end:
             try:
                 queue.append(await source.__anext__())
             except StopAsyncIteration:
                 exhausted = True
+        taken = len(queue)
         try:
             chunk = next(chunks)
         except StopIteration:
             break
+        emitted = len(chunk) if len(queue) < taken else emitted + len(chunk)
         # ``stream_zip`` asks for the next member while it fills a chunk, so a member it just finished may end in
         # this very chunk (with the next member's header after it): it is delivered only once this chunk was taken.
         finished = done[:]
@@ -101,5 +115,6 @@ async def zip_chunks(members: AsyncIterator[Member]) -> AsyncIterator[bytes]:
         yield chunk
         for member in finished:
             await _sent(member)
+        finished.clear()
     for member in done:  # finished within chunks already taken
         await _sent(member)

@@ -298,6 +298,7 @@ async def archive_members(
                     ledger.hold(meter)
                 delivery, stored = await reads.take(number)
                 data = await delivery_bytes(services, delivery, stored)
+                del stored  # the signed copy is what goes out; the stored one is not held while it is sent
             except ImagesvcError as exc:
                 if meter is not None:
                     await ledger.release(meter)
@@ -305,9 +306,10 @@ async def archive_members(
                 break
             digest = await _digest(data)
             path = f"data/{delivery.filename}"
-            yield member(path, data, digest, meter)
-            sent.append((path, digest))
             size += len(data)
+            image, data = member(path, data, digest, meter), b""  # the member alone holds the bytes while it goes out
+            yield image
+            sent.append((path, digest))
             delivered_pages.append(number)
         if first_paid is not None:  # the first image never went out (stopped before it): nothing to pay
             await ledger.release(first_paid)
@@ -365,8 +367,8 @@ async def archive_members(
 class _Reads:
     """Stored objects of the next image pages, read while the current member goes out (S3 answers in tens of
     milliseconds; one read at a time would leave the connection idle). Reading delivers nothing, so nothing is
-    reserved for a page until its member is made. It reads as far ahead as the client has shown it reads: one page
-    more than the members it acknowledged, at most ``READ_AHEAD``, so an archive nobody reads holds two objects.
+    reserved for a page until its member is made. It reads as far ahead as the client has shown it reads: as many
+    pages as the members it acknowledged, at most ``READ_AHEAD``, so an archive nobody reads holds none ahead.
     Reads bypass the hot cache (``storage.hot``), which is for popular single pages, not whole books."""
 
     def __init__(self, services: Services, call: Call, plan: ArchivePlan, received: Callable[[], int]) -> None:
@@ -383,7 +385,7 @@ class _Reads:
 
     async def take(self, number: int) -> tuple[ImageDelivery, StoredObject]:
         """Page ``number``'s delivery and stored object; starts the reads of the pages after it."""
-        depth = 1 + min(READ_AHEAD, self.received())
+        depth = min(READ_AHEAD, self.received())
         while self.queue and len(self.tasks) < depth + 1:
             upcoming = self.queue.pop(0)
             self.tasks[upcoming] = asyncio.ensure_future(self._read(upcoming))

@@ -195,6 +195,14 @@ class Keeper:
         self._poked.set()
 
     async def _run(self) -> None:
+        while True:
+            try:
+                await self._watch()
+            except Exception:  # a fault here must not leave the delivery without its deadline: log, go on watching
+                log.exception("the keeper of a delivery failed; it starts again")
+                await asyncio.sleep(self.tick)
+
+    async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
         last = self.wire.acked()
         since = renewed = loop.time()
