@@ -209,6 +209,30 @@ MUTATIONS = [
             "tests/http/test_delivery_metering.py::test_a_delivery_read_after_stalls_longer_than_a_reservation_lives_is_charged_in_full",
         ),
     ),
+    Mutation(
+        "within-book-repeats-counted",
+        "a word or phrase repeated in a search inside a book is looked for once",
+        "imagesvc/catalog/page_rank.py",
+        "    words = list(dict.fromkeys(words))  # a word or phrase asked twice is looked for once\n",
+        "    words = list(words)\n",
+        ("tests/catalog/test_page_search_cost.py::test_a_repeated_phrase_costs_what_it_costs_once",),
+    ),
+    Mutation(
+        "within-book-free-when-empty",
+        "a search inside a book costs a text unit, held before any work, whatever it finds",
+        "imagesvc/tools/within_book.py",
+        "        await call.meter.reserve(TEXT_POOL, 1)",
+        "        pass",
+        ("tests/http/test_within_book_cost.py::test_with_the_text_pool_spent_no_door_starts_a_search",),
+    ),
+    Mutation(
+        "within-book-unbounded-caller",
+        "one caller has at most IMAGESVC_WITHIN_BOOK_PER_CALLER searches inside books at once",
+        "imagesvc/tools/page_search_work.py",
+        "        if self._callers[caller] >= self.per_caller:",
+        "        if False:",
+        ("tests/http/test_within_book_cost.py",),
+    ),
 ]
 
 

@@ -130,10 +130,13 @@ def _check_phrases(
         work.charge(texts_read=len(batch))
         texts = read(batch)
         for page_keys in pages:
-            folded = {key: fold(texts.get(key) or "") for key in page_keys}
+            folded: dict[int, str] = {}  # each text folded once, when a phrase first needs it
             for rows, phrase in phrases:
                 held = [key for key in page_keys if key in rows]
                 work.charge(checks=len(held))
+                for key in held:
+                    if key not in folded:
+                        folded[key] = fold(texts.get(key) or "")
                 missing = [key for key in held if not phrase.found_in(folded[key])]
                 rows.difference_update(missing)
                 if len(missing) == len(held):  # the page lacks this phrase: it cannot match, stop checking it

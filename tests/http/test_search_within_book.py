@@ -39,7 +39,7 @@ async def test_hits_are_pages_with_snippets_citations_and_a_cost_of_one_unit_eac
     status, body = await _search(client, SPECULUM, q="unicorn")
     assert (status, body["hits"], body["total"]) == (200, [], 0)
     limits = await (await client.get("/api/rate_limit")).json()
-    assert limits["pools"]["text"]["used"] == 1  # nothing found, nothing charged
+    assert limits["pools"]["text"]["used"] == 2  # nothing found: the search's own unit, as one page found costs
 
 
 async def test_the_long_s_of_the_ocr_and_the_field_filter(client: TestClient) -> None:

@@ -11,15 +11,20 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
 from imagesvc.access import MILLI
 from imagesvc.access.identity import sign_session
+from imagesvc.catalog import Catalog
+from imagesvc.catalog.page_text import index_page
+from imagesvc.catalog.text_fold import query_words
 from imagesvc.web.app_keys import ACCESS, SERVICES
 from tests.http.conftest import MakeClient
 from tests.http.test_doors import SLUG, _find_img
+from tests.http.test_within_book_loop import TEXT
 
 HANG = 60  # seconds: a bound only a hang reaches
 NOTHING = '"furnace furnace furnace"'  # common in the book, never three times in a row
@@ -110,3 +115,37 @@ async def test_with_the_text_pool_spent_no_door_starts_a_search(client: TestClie
     assert result["isError"] is True and result["structuredContent"]["error"] == "rate_limited", result
     page = await client.get(f"/book/{SLUG}", params={"q": NOTHING}, headers=headers)
     assert page.status == 429 and page.content_type == "text/html"
+
+
+async def test_a_query_past_the_work_budget_is_refused_before_its_texts_are_read_and_costs_nothing(
+    make_client: MakeClient, data_dir: Path
+) -> None:
+    """32 distinct phrases of common words, each on every one of 2,000 pages: seconds of CPU before, now a 400
+    naming ``q`` once the index has said how many texts the phrases would need checking in."""
+    catalog = Catalog(data_dir / "catalog.sqlite3")
+    book = catalog.query_one("SELECT id FROM books ORDER BY id LIMIT 1")["id"]
+    with catalog.transaction() as conn:
+        for number in range(1000, 3000):
+            conn.execute(
+                "INSERT INTO pages (id, book_id, number, ocr, translation) VALUES (?, ?, ?, ?, ?)",
+                (f"{book}-{number}", book, number, TEXT, TEXT),
+            )
+            index_page(conn, book, number, {"ocr": TEXT, "translation": TEXT})
+    catalog.close()
+    tokens = query_words(f'"{TEXT.split(".")[0]}"')[0].tokens  # der konig sprach zu ... der alchemisten
+    phrases = ["-".join(tokens[i : i + n]) for n in (2, 3, 4) for i in range(len(tokens) - n + 1)]
+    q = " ".join(phrases[:32])  # as many distinct phrases as a query may hold
+    assert len(q) <= 500 and len(set(query_words(q))) == 32
+    client = await make_client()
+    response = await client.get(f"/api/books/{book}/search", params={"q": q})
+    body = await response.json()
+    assert response.status == 400 and body["error"] == "invalid_request" and body["argument"] == "q", body
+    assert body["work"] > body["work_limit"] and body["recovery"]
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "search_within_book", "arguments": {"book_id": book, "q": q}}}  # fmt: skip
+    result = await (await client.post("/api/mcp", json=message, headers={"Accept": "application/json"})).json()
+    assert result["result"]["isError"] is True
+    assert result["result"]["structuredContent"]["error"] == "invalid_request"
+    assert await _text_used(client, {}) == 0  # refused: its unit refunded
+    fine = await client.get(f"/api/books/{book}/search", params={"q": " ".join(phrases[:3])})
+    assert fine.status == 200 and (await fine.json())["total"] == 2000
