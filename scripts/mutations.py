@@ -233,6 +233,22 @@ MUTATIONS = [
         "        if False:",
         ("tests/http/test_within_book_cost.py",),
     ),
+    Mutation(
+        "url-text-unchecked",
+        "a path segment or query value holding NUL is a 400 naming it, on every route (params.text_only)",
+        "imagesvc/web/params.py",
+        "            refuse_not_text(where, name, value)\n",
+        "            pass\n",
+        ("tests/http/test_any_string.py::test_nul_is_a_400_naming_the_parameter_at_every_door[sqlite]",),
+    ),
+    Mutation(
+        "withdraw-leaves-public",
+        "a withdrawn book's public tiers leave pub/, so no node's /img/ serves them",
+        "imagesvc/ingest/withdrawal.py",
+        "    moved, missing = await _move_all(store, [(key, WITHDRAWN_PREFIX + key) for key in keys])\n",
+        "    moved, missing = len(keys), 0\n",
+        ("tests/test_withdraw.py::test_a_withdrawn_book_is_gone_from_every_node_and_comes_back_whole",),
+    ),
 ]
 
 

@@ -24,10 +24,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
+from imagesvc.catalog.backends import open_catalog
+from imagesvc.settings import load_settings
 from imagesvc.storage.s3 import S3Config, S3Store
 from tests.http.keys import new_key
 from tests.library import SITE, copy_library, settings_for
-from tests.servers import S3Server
+from tests.servers import S3Server, create_database
 from tests.test_ingest_kills import IMAGESVC, ingest_env
 from tests.test_postgres_nodes import SEFER, manifest_of
 
@@ -83,15 +85,26 @@ async def shown(client: TestClient, book_id: str, key: str) -> dict[str, bool]:
     gallery = (await _json(client, "/api/gallery?limit=50"))[1]["items"]
     collection = (await _json(client, f"/api/gallery/collections/{COLLECTION}"))[1]["items"]
     dataset = (await _json(client, "/api/dataset/images?limit=500", key))[1]["items"]
-    async with client.get(f"/iiif/3/manifest/{SEFER}") as resp:
-        manifest = resp.status
+    found = (await _json(client, "/api/books?search=Kokhavim"))[1]["items"]
+    searched = (await _json(client, "/api/gallery?query=zodiac%20sun"))[1]["items"]
+    statuses = {}
+    for name, path in {
+        "manifest": f"/iiif/3/manifest/{SEFER}",
+        "iiif image": f"/iiif/3/{SEFER}-1/info.json",
+        "image": f"/api/image?book_id={SEFER}&page=1&tier=thumb",
+        "within book": f"/api/books/{SEFER}/search?q=sun",
+    }.items():
+        async with client.get(path, headers={"Authorization": f"Bearer {key}"}) as resp:
+            statuses[name] = resp.status == 200
     return {
         "book": status == 200,
         "listing": any(b["slug"] == SEFER for b in listing),
+        "book search": any(b["slug"] == SEFER for b in found),
         "gallery": any(i["book_id"] == book_id for i in gallery),
+        "gallery search": any(i["book_id"] == book_id for i in searched),
         "collection": any(i["book_id"] == book_id for i in collection),
-        "manifest": manifest == 200,
         "dataset": any(i["book_id"] == book_id for i in dataset),
+        **statuses,
     }
 
 
@@ -168,11 +181,19 @@ def unsigned_get(server: S3Server, bucket: str, key: str) -> tuple[int, bytes]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("catalog", ["sqlite", "postgres"])
 def test_on_s3_the_public_objects_of_a_withdrawn_book_are_not_readable_until_restored(
-    moto_server: S3Server, demo_library: dict[str, Any], tmp_path: Path
+    moto_server: S3Server, demo_library: dict[str, Any], tmp_path: Path, catalog: str, request: Any
 ) -> None:
     bucket = f"wd-{secrets.token_hex(5)}"
+    if catalog == "postgres":
+        server = request.getfixturevalue("postgres_server")
+        url = create_database(server, f"wd_{secrets.token_hex(5)}")
+        database = {"IMAGESVC_CATALOG": "postgres", "IMAGESVC_DATABASE_URL": url}
+    else:
+        database = {}
     s3 = {
+        **database,
         "IMAGESVC_STORAGE": "s3",
         "IMAGESVC_S3_ENDPOINT": moto_server.endpoint_url,
         "IMAGESVC_S3_BUCKET": bucket,
@@ -184,11 +205,11 @@ def test_on_s3_the_public_objects_of_a_withdrawn_book_are_not_readable_until_res
     manifest = manifest_of(demo_library["manifest"], [SEFER], tmp_path / "sefer.json")
     done = subprocess.run([IMAGESVC, "ingest", str(manifest), "--quiet"], env=env, capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
-    catalog = Catalog(tmp_path / "data" / "catalog.sqlite3")
+    opened = open_catalog(load_settings(env))
     try:
-        keys = catalog.column("SELECT public_key FROM renditions ORDER BY 1")
+        keys = opened.column("SELECT public_key FROM renditions ORDER BY 1")
     finally:
-        catalog.close()
+        opened.close()
     assert keys and all(k.startswith("pub/") for k in keys)
     public_prefix_only(moto_server, bucket)
     before = {k: unsigned_get(moto_server, bucket, k) for k in keys}
