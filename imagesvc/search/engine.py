@@ -23,7 +23,7 @@ import numpy as np
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.reader import reader
 from imagesvc.errors import NotFound, Unavailable
-from imagesvc.search.changes import updated_table
+from imagesvc.search.changes import changed_books, updated_table
 from imagesvc.search.clip import ClipSpec, Encoder, clip_spec
 from imagesvc.search.dense import (
     TextModel,
@@ -38,7 +38,7 @@ from imagesvc.search.index_follower import Follower
 from imagesvc.search.keyword_cache import KeywordCache
 from imagesvc.search.page_cuts import prepared
 from imagesvc.search.published import CACHE, FETCH_ERRORS, FOLDERS
-from imagesvc.search.ranking import GalleryTable, Query, Ranked, TextScores, rank
+from imagesvc.search.ranking import GalleryTable, Query, Ranked, TextScores, changes_seq, rank
 from imagesvc.search.snapshot import BUILD_ERRORS, SearchSnapshot, Stamps, build_snapshot, index_stamp
 from imagesvc.search.spelling import Vocabulary
 from imagesvc.search.text import KeywordHits, ids_of_rowids, keyword_hits, matching_ids
@@ -95,6 +95,8 @@ class SearchEngine:
         self._generation = 0
         self.table_reads = 0  # gallery tables read whole (the first, and the fallback)
         self.table_updates = 0  # gallery tables brought up to date book by book (imagesvc.search.changes)
+        self.vocabulary_reads = 0  # spelling vocabularies read whole (the first, and the fallback)
+        self.vocabulary_updates = 0  # spelling vocabularies brought up to date book by book
         self._failed: tuple[Stamps, str] | None = None  # the stamps a rebuild failed at, and why
         self.cache = QueryCache(settings.query_cache_size)  # query vectors, shared by worker threads
         # The indexes `imagesvc index` published (with no store: the data dir's only); cached in the node's data dir.
@@ -214,6 +216,7 @@ class SearchEngine:
                     snap = None
                 if snap is not None:
                     self.table_updates += 1
+                    self._carry_vocabulary(old, snap)
                     self._snap, self._failed = snap, None
                     return snap
             folder, fresh, read = await self._clip_source(stamps)
@@ -238,6 +241,7 @@ class SearchEngine:
             return None
         finally:
             self._job = None
+        self._carry_vocabulary(old, snap)
         self._snap, self._failed = snap, None
         return snap
 
@@ -296,6 +300,14 @@ class SearchEngine:
             "read_whole": self.table_reads,
             "updated_by_book": self.table_updates,
         }
+        if self.text_model is not None:
+            words = _done(snap.derived.get("vocabulary")) if snap is not None else None
+            out["vocabulary"] = {
+                "words": len(words.words) if words is not None else 0,
+                "read_whole": self.vocabulary_reads,
+                "updated_by_book": self.vocabulary_updates,
+                "texts_read": words.read if words is not None else 0,
+            }
         if self._failed is not None:
             out["rebuild_error"] = self._failed[1]
         if self.dense.model is not None:
@@ -351,9 +363,49 @@ class SearchEngine:
 
         return await self.catalog.gate.run(read, self.catalog)  # type: ignore[no-any-return]
 
+    async def vocabulary(self, snap: SearchSnapshot) -> Vocabulary:
+        """The spelling vocabulary for ``snap``: carried over from the snapshot before it (``_carry_vocabulary``),
+        else read whole in a worker thread on first use."""
+        return await snap.derive("vocabulary", self._vocabulary)
+
     def _vocabulary(self) -> Vocabulary:
+        """Every live illustration's words, read whole (blocking: a worker thread)."""
         with reader(self.catalog) as source:
-            return Vocabulary(map(illustration_text, text_rows(source)))
+            seq = changes_seq(source)  # read before the texts: a write after it is read again by the next update
+            vocabulary = Vocabulary(_book_texts(text_rows(source)))
+        vocabulary.seq = seq
+        self.vocabulary_reads += 1
+        return vocabulary
+
+    def _follow_books(self, vocabulary: Vocabulary) -> Vocabulary:
+        """``vocabulary`` with the books written since it was read read again, and only those (blocking: a worker
+        thread); read whole instead past ``MAX_BOOKS`` changed books, or when the change numbers went back."""
+        with reader(self.catalog) as source:
+            seq = changes_seq(source)
+            books = changed_books(source, vocabulary.seq) if seq >= vocabulary.seq else None
+            rows = text_rows(source, books) if books else []
+        if books is None:
+            return self._vocabulary()
+        if not books:
+            return vocabulary
+        vocabulary.replace(books, _book_texts(rows))
+        vocabulary.seq = seq
+        self.vocabulary_updates += 1
+        return vocabulary
+
+    def _carry_vocabulary(self, old: SearchSnapshot | None, new: SearchSnapshot) -> None:
+        """Give ``new`` the vocabulary of ``old`` (read, or being read), brought up to date book by book in a
+        worker thread from now on: a catalog change costs the words of the books it touched, not the library's.
+        Without one, ``new`` reads its own whole on its first text query."""
+        job = old.derived.get("vocabulary") if old is not None else None
+        if job is None or (job.done() and (job.cancelled() or job.exception() is not None)):
+            return
+
+        async def carried() -> Vocabulary:
+            return await asyncio.to_thread(self._follow_books, await asyncio.shield(job))
+
+        task = new.derived["vocabulary"] = asyncio.ensure_future(carried())
+        task.add_done_callback(_seen)  # a failure is the next text query's to report (it reads the whole again)
 
     def _spelt_right(self, text: str) -> Callable[[str], bool]:
         """Whether a word of ``text`` is spelt right: an English dictionary word, or, in a query of two or more words
@@ -412,7 +464,7 @@ class SearchEngine:
         use_dense = await self.dense_ready()
         fixes: dict[str, str] = {}
         if use_dense and self.text_model is not None:  # spelling needs the model's dictionary
-            vocabulary = await snap.derive("vocabulary", self._vocabulary)
+            vocabulary = await self.vocabulary(snap)
             text, fixes = await asyncio.to_thread(  # in the thread: the first Latin query reads the dictionary (~1 s)
                 lambda text: vocabulary.correct(text, self._spelt_right(text)), q.text
             )
@@ -455,6 +507,23 @@ class SearchEngine:
         ranked, dense, fts, read = await asyncio.to_thread(work)
         signals = [s for s in self.signals(snap) if s != "dense-text" or use_dense]
         return Scored(snap.table, ranked, snap.generation, fts, dense, signals, fixes, read)
+
+
+def _book_texts(rows: list[dict[str, Any]]) -> Iterator[tuple[str, str]]:
+    return ((row["book_id"], illustration_text(row)) for row in rows)
+
+
+def _seen(task: asyncio.Future[Any]) -> None:
+    """Mark ``task``'s outcome as looked at (asyncio logs a failure no one awaited)."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _done(job: asyncio.Future[Any] | None) -> Any:
+    """``job``'s result when it finished well, else None."""
+    if job is None or not job.done() or job.cancelled() or job.exception() is not None:
+        return None
+    return job.result()
 
 
 _REBUILD = ["Run `imagesvc index` again to rewrite the vector index; the node picks it up on the next request."]

@@ -12,6 +12,8 @@ A node (``imagesvc.search.index_follower``) reads the row, streams each file int
 ``DATA_DIR/index-cache/<kind>/<digest>/`` through a temp folder, checks every sha256 and size against the manifest
 and the manifest against the row, then loads it in a worker thread; only then does the new index replace the one in
 service. A missing or altered file is refused: the node keeps the index it has and does not try that digest again.
+A copy already in the cache (fetched by another worker, or before a restart) is checked against the row the same
+way each time it is loaded, never trusted for being there: one that does not match is removed and fetched again.
 Older cached versions are removed after a load.
 """
 
@@ -43,6 +45,7 @@ __all__ = [
     "fetch",
     "publish",
     "seed_local",
+    "verify_cached",
 ]
 
 log = logging.getLogger("imagesvc.search.published")
@@ -187,13 +190,21 @@ def _inside(name: str, kind: str) -> bool:
 
 
 async def fetch(store: ObjectStore, row: dict[str, Any], root: Path) -> Path:
-    """The verified folder of the index ``row`` names, under ``root/<kind>/<digest>/`` (downloaded unless already
-    there); a data dir for that kind's loader. Raises ``IndexCorrupt`` for a manifest or file that does not match,
-    ``ObjectNotFound`` for a missing one, ``StoreUnavailable``; a failed fetch leaves nothing behind."""
+    """The verified folder of the index ``row`` names, under ``root/<kind>/<digest>/``: a copy already there checked
+    against ``row`` (``verify_cached``; removed and downloaded again when it does not match), else downloaded; a data
+    dir for that kind's loader. Raises ``IndexCorrupt`` for a manifest or file that does not match, ``ObjectNotFound``
+    for a missing one, ``StoreUnavailable``; a failed fetch leaves nothing behind."""
     kind, digest = row["kind"], row["digest"]
     final = Path(root) / kind / digest
     if (final / "manifest.json").exists():
-        return final
+        try:
+            await asyncio.to_thread(verify_cached, final, kind, digest)
+            return final
+        except (IndexCorrupt, OSError, ValueError, KeyError, TypeError) as exc:  # altered, cut, or being replaced
+            why = exc.message if isinstance(exc, IndexCorrupt) else f"{type(exc).__name__}: {exc}"
+            log.error("the cached copy of the published %s index sha256:%s is refused, fetched again: %s",
+                      kind, digest[:12], why)  # fmt: skip
+            await asyncio.to_thread(shutil.rmtree, final, ignore_errors=True)
     body = (await store.get(row["object_key"])).data
     if hashlib.sha256(body).hexdigest() != digest:
         raise IndexCorrupt(f"The manifest of the published {kind} index does not match sha256:{digest}.")
@@ -215,6 +226,20 @@ async def fetch(store: ObjectStore, row: dict[str, Any], root: Path) -> Path:
         await asyncio.shield(asyncio.to_thread(shutil.rmtree, tmp, ignore_errors=True))
         raise
     return final
+
+
+def verify_cached(folder: Path, kind: str, digest: str) -> None:
+    """Check a node's cached copy of a published index against ``digest``, the catalog's, as when it was fetched:
+    its manifest's sha256, then each file's size and sha256 against the manifest (blocking: it reads every file;
+    ~1 s a GiB on one core). ``IndexCorrupt`` for a copy that does not match, ``OSError`` for a missing file."""
+    body = (folder / "manifest.json").read_bytes()
+    if hashlib.sha256(body).hexdigest() != digest:
+        raise IndexCorrupt(f"The cached manifest of the published {kind} index does not match sha256:{digest}.")
+    for name, want in json.loads(body)["files"].items():
+        if not _inside(name, kind):
+            raise IndexCorrupt(f"The published {kind} index names a file outside its folder: {name!r}.")
+        if _sha256(folder / name) != (want["size"], want["sha256"]):
+            raise IndexCorrupt(f"Cached file {name!r} of the published {kind} index does not match its manifest.")
 
 
 def _settle(tmp: Path, final: Path, manifest: bytes) -> None:

@@ -4,6 +4,9 @@ closest word that one does ("alembik" -> "alembic"), so keyword and dense search
 Candidates share the first letter and differ in length by at most two; closeness is difflib's ratio (at least
 ``CUTOFF``). Words the library uses are never changed, nor words under four letters, nor words a dictionary knows
 (``english_word``: "ovens" is a word, even if no description uses it, and must not become "opens").
+
+The vocabulary is kept book by book: a catalog change replaces the words of the books it touched
+(``Vocabulary.replace``), at a cost in proportion to those books, and a word leaves when no book uses it any more.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import difflib
 import re
 import threading
+from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
@@ -57,22 +61,63 @@ def english_frequency(word: str) -> int:
 
 
 class Vocabulary:
-    """The words of a set of texts, bucketed by first letter for quick look-ups."""
+    """The words of the library's illustration texts, kept book by book so that a catalog change is applied to the
+    books it touched (``replace``), not read again whole; bucketed by first letter for quick look-ups. Thread-safe:
+    look-ups and changes take one lock."""
 
-    def __init__(self, texts: Iterable[str]) -> None:
-        self.words: set[str] = set()
-        for text in texts:
-            self.words.update(w for w in _WORD.findall(text.casefold()) if len(w) >= 3)
+    def __init__(self, rows: Iterable[tuple[str, str]] = ()) -> None:
+        """``rows``: (book id, text) of every live illustration."""
+        self.words: dict[str, int] = {}  # word -> how many books use it
+        self.read = 0  # texts read so far (a whole read, then only the changed books' texts)
+        self._books: dict[str, tuple[str, ...]] = {}  # book -> the words its texts use
         self._buckets: dict[str, list[str]] = defaultdict(list)
+        self._lock = threading.Lock()
+        for book, found in self._words_by_book(rows).items():
+            self._books[book] = found
+            for word in found:
+                self.words[word] = self.words.get(word, 0) + 1
         for word in sorted(self.words):
             self._buckets[word[0]].append(word)
+
+    def _words_by_book(self, rows: Iterable[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
+        found: dict[str, set[str]] = defaultdict(set)
+        for book, text in rows:
+            self.read += 1
+            found[book].update(w for w in _WORD.findall(text.casefold()) if len(w) >= 3)
+        return {book: tuple(words) for book, words in found.items()}
+
+    def replace(self, books: Iterable[str], rows: Iterable[tuple[str, str]]) -> None:
+        """Make the words of ``books`` those of ``rows`` ((book id, text) of their live illustrations now; a book
+        with none has no words any more). A word no other book uses leaves the vocabulary."""
+        found = self._words_by_book(rows)
+        with self._lock:
+            for book in books:
+                old, new = self._books.pop(book, ()), found.get(book, ())
+                if new:
+                    self._books[book] = new
+                for word in set(new) - set(old):
+                    count = self.words.get(word, 0)
+                    self.words[word] = count + 1
+                    if not count:
+                        insort(self._buckets[word[0]], word)
+                for word in set(old) - set(new):
+                    count = self.words[word] - 1
+                    if count:
+                        self.words[word] = count
+                        continue
+                    del self.words[word]
+                    bucket = self._buckets[word[0]]
+                    del bucket[bisect_left(bucket, word)]
 
     def closest(self, word: str) -> str | None:
         """The library word closest to ``word``, or ``None`` when ``word`` is known, short, or nothing is close."""
         w = word.casefold()
-        if len(w) < 4 or w in self.words:
+        if len(w) < 4:
             return None
-        pool = [c for c in self._buckets.get(w[0], ()) if abs(len(c) - len(w)) <= 2]
+        with self._lock:
+            if w in self.words:
+                return None
+            pool = [c for c in self._buckets.get(w[0], ()) if abs(len(c) - len(w)) <= 2]
         found = difflib.get_close_matches(w, pool, n=1, cutoff=CUTOFF)
         return found[0] if found else None
 

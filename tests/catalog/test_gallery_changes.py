@@ -12,6 +12,7 @@ from imagesvc.catalog import writes as w
 from imagesvc.catalog.api_keys import create_key
 from imagesvc.search import changes
 from imagesvc.search.changes import updated_table
+from imagesvc.search.dense import illustration_text, text_rows
 from imagesvc.search.ranking import GalleryTable, Query, rank
 from tests.catalog.conftest import Backend
 from tests.catalog.test_catalog import book, illus, library, write_book
@@ -149,3 +150,57 @@ async def test_a_query_asked_again_reads_its_matches_once_until_the_catalog_chan
     after = await ids(Query(text="dragon mandrake"))
     assert illus(late["id"], 1, 0, "")["id"] in after and engine.keywords.misses == 2
     assert after == await ids(Query(text="dragon mandrake"), SearchEngine(settings, library))  # as read afresh
+
+
+async def test_the_spelling_vocabulary_follows_the_catalog_book_by_book(
+    library: Catalog, backend: Backend, tmp_path: Any
+) -> None:
+    """With the text model on, a query word is corrected to a word of the library. A write by another process
+    re-reads the words of the books it touched, and only those (the whole library was re-read after every change,
+    ~3 s of CPU per worker at 200,000 illustrations): a new book's words are corrected to at once, and a word leaves
+    when no live illustration of any book holds it any more."""
+    from imagesvc.search.engine import SearchEngine
+    from imagesvc.search.spelling import Vocabulary
+    from tests.library import settings_for
+
+    engine = SearchEngine(settings_for(tmp_path, text_model="e5"), library)  # the model itself is never loaded
+    writer = backend.open()  # another process's connection, as ingest and the CLI write
+
+    async def vocabulary() -> Vocabulary:
+        return await engine.vocabulary(await engine.snapshot())
+
+    words = await vocabulary()
+    read, whole = words.read, Vocabulary((r["book_id"], illustration_text(r)) for r in text_rows(library))
+    assert engine.vocabulary_reads == 1 and words.words == whole.words and "dragon" in words.words
+    assert words.closest("zqsalamandre") is None
+
+    bestiary = book(0x5A1, title="Bestiary", year=1625)
+    pictures = [
+        illus(bestiary["id"], 1, 0, "A zqsalamander in the athanor"),
+        illus(bestiary["id"], 2, 0, "A zqsalamander fighting a dragon"),
+    ]
+    write_book(writer, bestiary, {1: [pictures[0]], 2: [pictures[1]]})
+    words = await vocabulary()
+    assert (engine.vocabulary_reads, engine.vocabulary_updates) == (1, 1)
+    assert words.read == read + 2  # the new book's two illustrations, nothing else
+    assert words.closest("zqsalamandre") == "zqsalamander" and words.closest("athanorr") == "athanor"
+
+    with writer.transaction() as conn:  # the one illustration that says "athanor" removed
+        w.remove_illustration(conn, pictures[0]["id"])
+    words = await vocabulary()
+    assert words.read == read + 3 and "athanor" not in words.words and words.closest("athanorr") is None
+    assert words.closest("zqsalamandre") == "zqsalamander"
+
+    with writer.transaction() as conn:
+        w.withdraw_book(conn, bestiary["id"])
+    words = await vocabulary()
+    assert words.closest("zqsalamandre") is None and "zqsalamander" not in words.words
+    assert "dragon" in words.words  # the herbal's dragon stays
+    assert (engine.vocabulary_reads, engine.vocabulary_updates) == (1, 3) and words.read == read + 3
+    assert engine.status()["vocabulary"] == {
+        "words": len(whole.words),
+        "read_whole": 1,
+        "updated_by_book": 3,
+        "texts_read": read + 3,
+    }
+    assert words.words == whole.words  # as a whole read gives it: the same words, each held by as many books

@@ -136,6 +136,27 @@ async def test_misspelt_words_are_corrected_and_the_response_says_so(text_client
     assert "alembic" in body["items"][0]["description"].lower()
 
 
+async def test_a_new_books_words_are_corrected_to_without_reading_the_library_again(
+    text_client: TestClient, data_dir: Path
+) -> None:
+    """A book written by another process joins the spelling vocabulary by itself: its words are read, the library's
+    are not read again (``search.vocabulary`` in /health says how often each)."""
+    from tests.catalog.test_catalog import book, illus, write_book
+
+    await get(text_client, "/api/gallery", q="alembik")  # the vocabulary in service, read whole
+    musaeum = book(0x5A1, title="Musaeum Hermeticum", year=1625)
+    catalog = Catalog(data_dir / "catalog.sqlite3")  # an operator's connection, as ingest would open
+    try:
+        write_book(catalog, musaeum, {1: [illus(musaeum["id"], 1, 0, "A zqsalamander in the athanor")]})
+    finally:
+        catalog.close()
+    body = await get(text_client, "/api/gallery", q="zqsalamandre")
+    assert body["search"]["corrected"] == {"zqsalamandre": "zqsalamander"}
+    assert body["items"][0]["book_id"] == musaeum["id"]
+    words = (await get(text_client, "/health"))["search"]["vocabulary"]
+    assert (words["read_whole"], words["updated_by_book"]) == (1, 1), words
+
+
 def _mentions(item: dict[str, Any], word: str) -> bool:
     text = " ".join(
         [item["description"] or "", item["museum_description"] or "", str(item["metadata"]), item["type"] or ""]

@@ -90,7 +90,8 @@ def test_negative_terms_are_read_from_the_query_and_exclude(
 
 def test_spelling_fixes_misspellings_but_leaves_real_words_alone() -> None:
     model = shared_model()
-    vocabulary = Vocabulary(["An alembic on a cucurbit", "a serpent biting its own tail", "a furnace with bellows"])
+    texts = ["An alembic on a cucurbit", "a serpent biting its own tail", "a furnace with bellows"]
+    vocabulary = Vocabulary(("book", text) for text in texts)
     assert vocabulary.correct("alembik and serpant", model.is_common_word) == (
         "alembic and serpent",
         {"alembik": "alembic", "serpant": "serpent"},

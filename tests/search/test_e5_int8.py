@@ -120,24 +120,60 @@ def test_a_damaged_graph_in_the_cache_is_built_again(tmp_path: Path, int8: E5Int
     assert np.array_equal(model.encode(["a lion"], True), int8.encode(["a lion"], True))
 
 
-def test_a_graph_that_disagrees_with_its_own_check_is_built_again(tmp_path: Path, cache: Path) -> None:
-    """A graph whose kept vectors are not the numpy reading's (another build's, a tampered file) is not trusted."""
+def _readings(graph: Path, model: E5, texts: tuple[tuple[str, bool], ...]) -> np.ndarray:
+    """``graph``'s mean state of each text (one window each), read on ONNX Runtime as ``E5Int8`` reads."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    out = []
+    for text, query in texts:
+        _ids, states = model._windows([model.tokens(text, query)])
+        out.append(session.run(["y"], {"x": states[None]})[0][0].mean(0))
+    return np.stack(out).astype("<f4")
+
+
+def test_a_swapped_graph_carrying_a_check_of_its_own_making_is_built_again(
+    tmp_path: Path, int8: E5Int8, cache: Path, reference: E5
+) -> None:
+    """A graph whose weights were altered, with the check vectors it carries rewritten to its own reading (which an
+    earlier release compared it with, and so served it), reads the check texts otherwise than the model file does
+    on numpy, computed at load: it is removed and built again."""
     import onnx
 
     (kept,) = cache.glob("e5-int8-*.onnx")
     graph = onnx.load(str(kept))
-    (entry,) = [p for p in graph.metadata_props if p.key == e5_int8.CHECK]
-    rng = np.random.default_rng(3)
-    entry.value = base64.b64encode(rng.standard_normal((16, 384)).astype("<f4").tobytes()).decode()
-    tampered = tmp_path / kept.name
-    onnx.save(graph, str(tampered))
+    (bias,) = [t for t in graph.graph.initializer if t.name == "l0.qkv.b"]
+    values = onnx.numpy_helper.to_array(bias) + np.random.default_rng(3).standard_normal(1152).astype(np.float32)
+    bias.CopyFrom(onnx.numpy_helper.from_array(values, bias.name))
+    swapped = tmp_path / kept.name
+    onnx.save(graph, str(swapped))
+    own = _readings(swapped, reference, e5_int8.CALIBRATION)
+    onnx.helper.set_model_props(graph, {"imagesvc.calibration": base64.b64encode(own.tobytes()).decode()})
+    onnx.save(graph, str(swapped))
+    planted = swapped.read_bytes()
+    lion = reference.encode(["a lion", "leo rubeus"], True)
+    assert _cosines(_readings(swapped, reference, (("a lion", True),)), lion[:1]).min() < 0.99  # really altered
+
     model = E5Int8(cache=tmp_path)
     assert model.agreement >= e5_int8.AGREEMENT
-    assert onnx.load(str(tampered)).metadata_props != graph.metadata_props  # replaced by a new build
+    assert swapped.read_bytes() != planted  # replaced by a new build
+    assert _cosines(model.encode(["a lion", "leo rubeus"], True), lion).min() >= 0.999
 
 
-def _foreign_graph(file: Path, check: np.ndarray, output: str = "y") -> None:
-    """A graph that passes its states through (``y = x``, or named otherwise), with ``check`` as its kept vectors."""
+def test_the_check_is_the_model_files_reading_at_load(int8: E5Int8, reference: E5) -> None:
+    """What a graph is checked against is the numpy reading of the model file, computed when it is read: the check
+    texts in both roles and four scripts, and one query drawn then."""
+    texts = e5_int8.check_texts()
+    assert texts[: len(e5_int8.CHECK_TEXTS)] == e5_int8.CHECK_TEXTS and len(texts) == len(e5_int8.CHECK_TEXTS) + 1
+    assert {query for _, query in texts} == {True, False} and texts[-1] not in e5_int8.CALIBRATION
+    want = e5_int8.reference(reference, e5._Layout.read(e5.model_file()), texts)
+    for (text, query), row in zip(texts, want, strict=True):
+        numpy = reference.encode([text], query)[0]
+        assert float(row @ numpy / np.linalg.norm(row)) == pytest.approx(1.0, abs=1e-5)
+
+
+def _foreign_graph(file: Path, output: str = "y") -> None:
+    """A graph that passes its states through (``y = x``, or named otherwise)."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -146,23 +182,20 @@ def _foreign_graph(file: Path, check: np.ndarray, output: str = "y") -> None:
     graph = helper.make_graph([helper.make_node("Identity", ["x"], [output])], "foreign", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    helper.set_model_props(model, {e5_int8.CHECK: base64.b64encode(check.astype("<f4").tobytes()).decode()})
     onnx.save(model, str(file))
 
 
 @pytest.mark.parametrize(
-    ("check", "output"),
+    "output",
     [
-        (np.ones((16, 1)), "y"),  # kept vectors of another shape: not compared at all, once
-        (np.ones((16, 384)), "out"),  # a graph that cannot run as this one: onnxruntime's own error
+        "y",  # a graph that runs, and reads nothing as e5 does
+        "out",  # a graph that cannot run as this one: onnxruntime's own error
     ],
-    ids=["misshapen-check", "cannot-run"],
+    ids=["reads-otherwise", "cannot-run"],
 )
-def test_a_foreign_graph_under_the_right_name_is_built_again(
-    tmp_path: Path, int8: E5Int8, check: np.ndarray, output: str
-) -> None:
+def test_a_foreign_graph_under_the_right_name_is_built_again(tmp_path: Path, int8: E5Int8, output: str) -> None:
     planted = tmp_path / f"e5-int8-{e5_int8.cache_key()}.onnx"
-    _foreign_graph(planted, check, output)
+    _foreign_graph(planted, output)
     model = E5Int8(cache=tmp_path)
     assert model.agreement >= e5_int8.AGREEMENT
     assert np.array_equal(model.encode(["a lion"], True), int8.encode(["a lion"], True))
@@ -236,7 +269,7 @@ def test_a_graph_that_fails_its_check_leaves_the_worker_another_reading(
     with caplog.at_level(logging.WARNING):
         model = text_models.load("e5", 1)
     assert type(model).__name__ in ("_E5", "_E5Numpy")
-    assert "e5 cannot run on ONNX Runtime here" in caplog.text and "calibration texts" in caplog.text
+    assert "e5 cannot run on ONNX Runtime here" in caplog.text and "check texts" in caplog.text
     assert model.queries(["a lion"]).shape == (1, 384)
     assert not list((cache.parent / "refused-cache" / "imagesvc").glob("*.onnx"))
 

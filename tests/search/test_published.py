@@ -20,7 +20,7 @@ from imagesvc.search.block_index import PARAMS, sync_blocks
 from imagesvc.search.by_image import matcher_for
 from imagesvc.search.dense import run_text_index
 from imagesvc.search.engine import engine_for
-from imagesvc.search.published import current, publish, seed_local
+from imagesvc.search.published import current, publish, seed_local, verify_cached
 from imagesvc.services import Services
 from imagesvc.storage.local import LocalStore
 from tests.library import copy_library, settings_for
@@ -97,6 +97,48 @@ async def test_a_node_follows_published_block_indexes_and_refuses_bad_ones(
         assert manifests == {f"indexes/blocks/{missing}.json", f"indexes/blocks/{tampered}.json"}
         # The node's cache keeps the version in service and one more.
         assert len(list((node_dir / "index-cache" / "blocks").iterdir())) <= 2
+    finally:
+        catalog.close()
+        node_catalog.close()
+        await store.close()
+
+
+async def test_a_tampered_cached_copy_is_refused_when_loaded_and_fetched_again(
+    demo_library: dict[str, Any], tmp_path: Path
+) -> None:
+    """A node's cached copy of the published index is checked against the catalog's digest each time a worker
+    loads it, not only when it was downloaded: a copy swapped on disk for another version's files (under the
+    published digest, its manifest kept) is refused, removed and fetched again, and the worker serves what the
+    catalog names."""
+    indexer = copy_library(demo_library["data"], tmp_path / "indexer")
+    catalog, store = Catalog(indexer / "catalog.sqlite3"), LocalStore(indexer / "store")
+    node_dir = tmp_path / "node"
+    node_catalog = Catalog(indexer / "catalog.sqlite3")
+
+    def worker() -> Services:  # a worker of the node: its own engine, the node's data dir and cache
+        return Services(settings_for(node_dir, search_wait=30), node_catalog, LocalStore(indexer / "store"))
+
+    try:
+        first = await asyncio.to_thread(_blocks_published, catalog, store, indexer)
+        index = await matcher_for(worker()).ready()
+        assert index is not None
+        everything = len(index.ids)
+        _withdraw(catalog, "demo-speculum-fornacum")
+        second = await asyncio.to_thread(_blocks_published, catalog, store, indexer)
+        index = await matcher_for(worker()).ready()
+        assert index is not None and len(index.ids) == everything - 12
+
+        cached = node_dir / "index-cache" / "blocks"
+        swapped = cached / second / "featureindex"  # the first version's files under the second's digest
+        for path in swapped.iterdir():
+            path.unlink()
+        for path in (cached / first / "featureindex").iterdir():
+            path.rename(swapped / path.name)
+        restarted = matcher_for(worker())
+        index = await restarted.ready()
+        assert index is not None and len(index.ids) == everything - 12  # the withdrawn book's 12 are not served
+        assert restarted.follower is not None and not restarted.follower.rejected
+        verify_cached(cached / second, "blocks", second)  # fetched again: the copy matches the catalog's digest
     finally:
         catalog.close()
         node_catalog.close()
