@@ -43,7 +43,7 @@ async def _store(settings: Settings) -> list[Finding]:
     try:
         await store.ping()
     except ImagesvcError as exc:
-        return [Finding("fail", "storage", f"{exc.message} Check IMAGESVC_STORAGE and the S3_* settings.")]
+        return [Finding("fail", "storage", f"{exc.detail} Check IMAGESVC_STORAGE and the S3_* settings.")]
     finally:
         await store.close()
     found = [Finding("ok", "storage", f"{settings.storage} store answers")]
@@ -186,7 +186,7 @@ async def _access(settings: Settings) -> Finding:
     try:
         await access.usage("doctor:probe", "images", None)
     except ImagesvcError as exc:
-        return Finding("fail", "access", f"{exc.message} Check IMAGESVC_ACCESS_BACKEND and IMAGESVC_REDIS_URL.")
+        return Finding("fail", "access", f"{exc.detail} Check IMAGESVC_ACCESS_BACKEND and IMAGESVC_REDIS_URL.")
     finally:
         await access.close()
     return Finding("ok", "access", f"{settings.access_backend} backend answers")

@@ -48,6 +48,7 @@ class ImagesvcError(Exception):
     ) -> None:
         super().__init__(message)
         self.message = message
+        self.detail = message  # the whole story, for operators and logs (``Unavailable`` may keep more than it shows)
         self.recovery = list(recovery if recovery is not None else self.default_recovery)
         self.details = dict(details or {})
         self.headers = dict(headers or {})
@@ -138,8 +139,9 @@ class Unavailable(ImagesvcError):
 
     A subclass that names its ``dependency`` (the catalog database, the access store, the object store) never shows
     its message to a caller: that text comes from the dependency's client and may name an internal host, port, DSN
-    or path. Its public message names only the kind of dependency; the message given is logged (once per distinct
-    text every ``_LOG_EVERY`` seconds, so an outage under load does not flood the log) and kept as ``detail``.
+    or path. Its public ``message`` (what every door shows, through ``to_dict``) names only the kind of dependency;
+    the message given is logged (once per distinct text every ``_LOG_EVERY`` seconds, so an outage under load does
+    not flood the log) and kept as ``detail`` and as ``str(error)``, for operators and logs.
     """
 
     code = "unavailable"
@@ -148,12 +150,14 @@ class Unavailable(ImagesvcError):
     dependency: str | None = None  # the kind of dependency, named in the public message instead of the detail
 
     def __init__(self, message: str, *, retry_after: int = 5, **kwargs: Any) -> None:
-        self.detail = message
+        detail = message
         if self.dependency is not None:
-            _log_detail(self, message, kwargs.get("recovery"))
+            _log_detail(self, detail, kwargs.get("recovery"))
             message = f"The {self.dependency} cannot be used right now; retry in {retry_after} s."
             kwargs.pop("recovery", None)  # operator advice (settings to check) stays in the log with the detail
         super().__init__(message, **kwargs)
+        self.detail = detail
+        self.args = (detail,)  # str() and tracebacks, which only logs show, keep the whole story
         self.retry_after = retry_after
         self.headers.setdefault("Retry-After", str(retry_after))
         self.details.setdefault("retry_after", retry_after)

@@ -27,6 +27,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -119,8 +120,8 @@ def _dependency_down(exc: BaseException) -> bool:
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, Unavailable | OSError):  # OSError: refused, reset, timed out, unresolvable
-            return True
+        if isinstance(current, Unavailable | ConnectionError | TimeoutError | socket.gaierror):
+            return True  # ours, or a connection refused, reset, timed out, or a name that does not resolve
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return False

@@ -8,6 +8,8 @@ go to the log.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import re
 import uuid
@@ -19,6 +21,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from imagesvc.app import build_app
+from imagesvc.catalog.backends import open_catalog
+from imagesvc.errors import Unavailable
 from imagesvc.storage.s3 import S3Config, S3Store
 from tests.library import copy_library, settings_for
 from tests.servers import PostgresServer, create_database
@@ -117,6 +121,12 @@ async def test_postgres_down(postgres_server: PostgresServer, data: Path, aiohtt
     postgres_server.stop()
     try:
         answers = await _every_door(client)
+        # A catalog opened while the database is down (a node or worker starting) fails with the driver's words,
+        # which name the server; what a door would render of that error (to_dict) must not.
+        with pytest.raises(Unavailable) as opening:
+            await asyncio.to_thread(open_catalog, settings_for(data, catalog="postgres", database_url=url))
     finally:
         postgres_server.start()
     _assert_nothing_names(answers, postgres_server.port, "catalog database")
+    _assert_nothing_names([("open_catalog", 503, json.dumps(opening.value.to_dict()))], postgres_server.port, "")
+    assert str(postgres_server.port) in opening.value.detail  # the operator's words keep the server

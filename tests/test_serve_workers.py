@@ -1,9 +1,12 @@
 """``imagesvc serve --workers N``: N processes answer on one port, share one access state exactly, drain together on
-SIGTERM, replace a worker that dies, and never outlive their supervisor (gunicorn's master); every ordering of kills
-and stop signals ends within the drain time with no process left; ``/metrics`` counts every worker's requests."""
+SIGTERM, reload on SIGHUP without refusing a request (one worker as several), replace a worker that dies or that
+cannot reach a dependency at start (never halting the node for it), and never outlive their supervisor (gunicorn's
+master); every ordering of kills and stop signals ends within the drain time with no process left; ``/metrics``
+counts every worker's requests."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -318,12 +321,14 @@ def test_sighup_is_a_graceful_reload_in_every_mode(serve: Any, workers: int) -> 
         client.start()
     _wait_for(lambda: len(statuses) >= 10, 60, "requests before the signal")
     proc.send_signal(signal.SIGHUP)
+
     # The reload is done when as many fresh workers as before listen and none of the old ones is left.
-    _wait_for(
-        lambda: (now := _workers(proc.pid)) and len(now) == workers and not now & old and all(map(_listens, now)),
-        60,
-        "fresh workers in place of the old ones",
-    )
+    def reloaded() -> bool:
+        assert proc.poll() is None, f"the node stopped on SIGHUP (exit {proc.returncode})"
+        now = _workers(proc.pid)
+        return len(now) == workers and not now & old and all(map(_listens, now))
+
+    _wait_for(reloaded, 60, "fresh workers in place of the old ones")
     during = len(statuses)
     _wait_for(lambda: len(statuses) >= during + 10, 60, "requests after the reload")
     stop.set()
@@ -340,8 +345,9 @@ def _collect_stderr(proc: subprocess.Popen[str]) -> list[str]:
     lines: list[str] = []
 
     def read() -> None:
-        for line in proc.stderr:  # type: ignore[union-attr]
-            lines.append(line)
+        with contextlib.suppress(ValueError, OSError):  # the pipe closed by the fixture's clean-up
+            for line in proc.stderr:  # type: ignore[union-attr]
+                lines.append(line)
 
     threading.Thread(target=read, daemon=True).start()
     return lines
@@ -353,8 +359,9 @@ def _lines_until(proc: subprocess.Popen[str], needle: str, count: int, seconds: 
     found: queue.Queue[str | None] = queue.Queue()
 
     def read() -> None:
-        for line in proc.stderr:  # type: ignore[union-attr]
-            found.put(line)
+        with contextlib.suppress(ValueError, OSError):  # the pipe closed by the fixture's clean-up
+            for line in proc.stderr:  # type: ignore[union-attr]
+                found.put(line)
         found.put(None)
 
     threading.Thread(target=read, daemon=True).start()
@@ -374,12 +381,12 @@ def _lines_until(proc: subprocess.Popen[str], needle: str, count: int, seconds: 
 def test_a_worker_that_cannot_reach_the_database_does_not_halt_the_node(
     serve: Any, postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
-    """The database goes away and the only worker dies (as when gunicorn's heartbeat kills a worker blocked on it):
-    its replacements cannot open the catalog. gunicorn used to halt the whole node then ("Worker failed to boot",
-    exit 3), and it stayed down once the database was back. Now each replacement waits and retries, and the node
-    answers again once the database returns."""
+    """The database goes away and a worker dies (as when gunicorn's heartbeat kills a worker blocked on it): its
+    replacements cannot open the catalog. gunicorn used to halt the whole node then ("Worker failed to boot", exit
+    3), and it stayed down once the database was back. Now each replacement waits and retries, and the node answers
+    again once the database returns."""
     url = create_database(postgres_server, f"halt_{uuid.uuid4().hex[:12]}")
-    proc, port = serve(1, data_dir=str(tmp_path / "pg"), catalog="postgres", database_url=url)
+    proc, port = serve(2, data_dir=str(tmp_path / "pg"), catalog="postgres", database_url=url)
     assert _status(port, "/api/books") == 200
     worker = next(iter(_workers(proc.pid)))
     postgres_server.stop()

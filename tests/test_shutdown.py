@@ -280,3 +280,68 @@ def test_sigterm_during_searches_answers_or_closes_every_client(
     assert in_flight > 0 or shed, f"every search was done within 3 s ({outcomes}): nothing was in flight at the signal"
     assert code == 0 and took < drain + 3, f"exit {code} after {took:.1f} s (drain {drain} s)"
     assert len(outcomes) == 12 and all(o.startswith(("response", "closed")) for o in outcomes.values()), outcomes
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sighup_reloads_without_cutting_an_in_flight_download(
+    data_dir: Path, big_image: tuple[str, bytes], cleanup: list[subprocess.Popen[str]], workers: int
+) -> None:
+    """SIGHUP means the same with one worker as with several (docs/operations.md, "Signals"): a graceful reload. The
+    download in flight is finished whole by its old worker, which drains as on SIGTERM, and the node goes on serving
+    through fresh workers. (One worker used to die of the signal at once, cutting every client.)"""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
+    env |= {"IMAGESVC_DATA_DIR": str(data_dir), "IMAGESVC_PORT": str(port), "IMAGESVC_LOG_FORMAT": "json"}
+    env |= {"IMAGESVC_SHUTDOWN_TIMEOUT": "60"}  # generous: the old worker's drain ends when the download does
+    cmd = [sys.executable, "-m", "imagesvc.cli", "serve", "--workers", str(workers)]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    cleanup.append(proc)
+    log = _collect_messages(proc)
+    path, expected = big_image
+    sock = _wait_and_download(port, path)
+    raw = sock.recv(CHUNK)
+    proc.send_signal(signal.SIGHUP)
+    # Every old worker is draining (a bound only a hang reaches); the client has read one chunk of 8 MB, so the
+    # download is still in flight.
+    deadline = time.monotonic() + 60
+    while sum("draining" in message for message in log) < workers:
+        assert proc.poll() is None, f"the node stopped on SIGHUP (exit {proc.returncode})"
+        assert time.monotonic() < deadline, f"the old workers did not drain: {log[-5:]}"
+        time.sleep(0.05)
+    with sock:
+        while chunk := sock.recv(1 << 20):
+            raw += chunk
+    status, _, body = _split(raw)
+    assert status == 200 and body == expected
+    assert proc.poll() is None, "the node stopped on SIGHUP"
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as resp:  # a fresh worker answers
+        assert resp.status == 200
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+
+
+def _collect_messages(proc: subprocess.Popen[str]) -> list[str]:
+    """The messages of the server's JSON log lines, collected by a thread as they come."""
+    messages: list[str] = []
+
+    def read() -> None:
+        with contextlib.suppress(ValueError, OSError):  # the pipe closed by the fixture's clean-up
+            for line in proc.stderr:  # type: ignore[union-attr]
+                if line.startswith("{"):
+                    messages.append(json.loads(line).get("message", ""))
+
+    threading.Thread(target=read, daemon=True).start()
+    return messages
+
+
+def _wait_and_download(port: int, path: str) -> socket.socket:
+    """A slow download (``_start_slow_download``) once the node answers."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return _start_slow_download(port, path)
+        except OSError:
+            assert time.monotonic() < deadline, "imagesvc serve did not answer /health"
+            time.sleep(0.1)
