@@ -136,7 +136,8 @@ def _build(tag: str, containerfile: Path, context: Path, *extra: str) -> str:
     argv += ["-f", str(containerfile), "-t", tag]
     argv += ["--build-arg", f"BASE={BASE_IMAGE}"]
     if HOST_CA.is_file():  # a proxy here may re-sign TLS: pip in the build trusts what the host trusts
-        argv += ["-v", f"{HOST_CA}:/run/host-ca.crt:ro", "--build-arg", "PIP_CERT=/run/host-ca.crt"]
+        argv += ["-v", f"{HOST_CA}:/run/host-ca.crt:ro"]
+        argv += ["--build-arg", "PIP_CERT=/run/host-ca.crt", "--build-arg", "SSL_CERT_FILE=/run/host-ca.crt"]
     _run([*argv, *extra, str(context)])
     return tag
 
