@@ -76,8 +76,11 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
+BUILD_BOUND_S = 1800  # a build from nothing takes minutes on a loaded 2-core machine; only a hang takes this long
+
+
 def _run(argv: list[str], **kwargs: object) -> None:
-    subprocess.run(argv, check=True, **kwargs)  # type: ignore[call-overload]
+    subprocess.run(argv, check=True, timeout=BUILD_BOUND_S, **kwargs)  # type: ignore[call-overload]
 
 
 def _label(image: str, label: str) -> str | None:
