@@ -163,8 +163,11 @@ class Deployment:
         self._run("minio-init", DEPS_IMAGE, ["/opt/moto/bin/python", "-c", S3_INIT], detach=False)
         for app in ("app1", "app2"):
             self._run(app, APP_IMAGE, list(self.services[app].get("command") or []))
-        for app in ("app1", "app2"):
-            wait_for(f"{app} live", lambda app=app: http_status(f"{self.url(app)}/health/live") == 200)
+        for app in ("app1", "app2"):  # any answer ends the wait (a node answers while it warms up): it must be 200
+            live = f"{self.url(app)}/health/live"
+            wait_for(f"{app} answering", lambda live=live: http_status(live) is not None)
+            if (status := http_status(live)) != 200:
+                raise RuntimeError(f"{app}: /health/live answered {status}\n{self.logs(app)}")
         nginx = ["nginx", "-g", "daemon off;"]
         self._run("proxy", DEPS_IMAGE, nginx, "--ip", self.proxy_ip, "--tmpfs", "/var/cache/nginx")
 

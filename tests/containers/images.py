@@ -76,8 +76,11 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
+BUILD_BOUND_S = 1800  # a build from nothing takes minutes on a loaded 2-core machine; only a hang takes this long
+
+
 def _run(argv: list[str], **kwargs: object) -> None:
-    subprocess.run(argv, check=True, **kwargs)  # type: ignore[call-overload]
+    subprocess.run(argv, check=True, timeout=BUILD_BOUND_S, **kwargs)  # type: ignore[call-overload]
 
 
 def _label(image: str, label: str) -> str | None:
@@ -136,7 +139,8 @@ def _build(tag: str, containerfile: Path, context: Path, *extra: str) -> str:
     argv += ["-f", str(containerfile), "-t", tag]
     argv += ["--build-arg", f"BASE={BASE_IMAGE}"]
     if HOST_CA.is_file():  # a proxy here may re-sign TLS: pip in the build trusts what the host trusts
-        argv += ["-v", f"{HOST_CA}:/run/host-ca.crt:ro", "--build-arg", "PIP_CERT=/run/host-ca.crt"]
+        argv += ["-v", f"{HOST_CA}:/run/host-ca.crt:ro"]
+        argv += ["--build-arg", "PIP_CERT=/run/host-ca.crt", "--build-arg", "SSL_CERT_FILE=/run/host-ca.crt"]
     _run([*argv, *extra, str(context)])
     return tag
 

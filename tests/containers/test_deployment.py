@@ -83,7 +83,7 @@ def _public_images(value: Any, prefix: str) -> list[str]:
 def test_both_nodes_answer_at_every_door(deployment: Deployment) -> None:
     """Each node, as compose configures it, serves the book ingested by the image's own `imagesvc ingest`: REST, an
     image, MCP's tools/list, a page, IIIF; the image host (the proxy over the bucket's public prefix) serves the
-    public tier the book names; the image's HEALTHCHECK passes."""
+    public tier the book names; the image's HEALTHCHECK and compose's healthcheck of the node pass."""
     image_host = f"http://{deployment.proxy_ip}/img/"
     for node in NODES:
         base = deployment.url(node)
@@ -105,13 +105,18 @@ def test_both_nodes_answer_at_every_door(deployment: Deployment) -> None:
         status, kind, body = _get(public[0])
         assert status == 200 and body[:2] == b"\xff\xd8", (public[0], status, body[:300])
         assert podman("healthcheck", "run", deployment.name(node), check=False).returncode == 0, deployment.logs(node)
+        assert deployment.healthy(node), deployment.logs(node)  # compose's own health check of the node: readiness
     status, _, body = _get(f"http://{deployment.proxy_ip}/api/books")  # the proxy in front of both nodes
     assert status == 200 and BOOK in body.decode(), (status, body[:500])
 
 
-def _timed(url: str) -> tuple[int, float]:
+def _timed(url: str) -> tuple[int | None, float]:
+    """The status of a GET (None: no answer within the bound) and the seconds it took."""
     start = time.monotonic()
-    status, _, _ = _get(url)
+    try:
+        status: int | None = _get(url)[0]
+    except OSError:  # a timeout or a refused connection
+        status = None
     return status, time.monotonic() - start
 
 
