@@ -45,6 +45,7 @@ FAST = 1.0  # liveness and /img/ answer well within this while the catalog hangs
 RESUMED = 2.0  # catalog routes answer 200 within this of the server answering again
 HELD = 4.0  # how long a test keeps the server hung or locked (past the deadline)
 SAFETY = 10.0  # the server is resumed after this whatever happens
+STATEMENT_TIMEOUT = 5.0  # the serving catalog's statement_timeout (catalog/backends.py): a live server ends a wait
 IMG = "pub/demo/page-1.jpg"
 
 
@@ -319,3 +320,38 @@ def _answers(server: PostgresServer) -> bool:
     except psycopg.OperationalError:
         return False
     return True
+
+
+async def test_a_search_inside_a_book_blocked_on_its_page_texts_answers_503_in_time(
+    aiohttp_client: Any, url: str, tmp_path: Path
+) -> None:
+    """A search inside a book reads page texts on threads of its own, past the catalog's gate: with ``page_texts``
+    locked in another session (the book itself still found), it answers 503 within ``WORK_DEADLINE`` while liveness
+    and ``/img/`` answer at once. (The server's own statement timeout, 5 s when serving, would end the wait later; a
+    hung server enforces none, which the lock stands in for here: a hang that begins after the book was found.)"""
+    from imagesvc.tools.page_search_work import WORK_DEADLINE
+    from tests.catalog.test_page_search import write_book
+
+    catalog = PostgresCatalog(url)
+    try:
+        write_book(catalog, "aaaa", {1: ("gold and the furnace", None, None)})
+    finally:
+        catalog.close()
+    client = await aiohttp_client(build_app(_settings(tmp_path, url)))
+    search = "/api/books/aaaa/search?q=furnace"
+    assert (await _timed(client, search))[0] == 200
+    holder = psycopg.connect(url)
+    holder.execute("LOCK TABLE page_texts IN ACCESS EXCLUSIVE MODE")
+    net = threading.Timer(SAFETY + WORK_DEADLINE, holder.rollback)
+    net.start()
+    try:
+        blocked = asyncio.ensure_future(_timed(client, search))
+        await _uncatalogued_while(client, blocked, at_least=0)
+        status, elapsed, body = await blocked
+        assert status == 503 and body["error"] == "unavailable", (status, body)
+        assert elapsed < WORK_DEADLINE + SLACK < STATEMENT_TIMEOUT, elapsed
+    finally:
+        net.cancel()
+        holder.rollback()
+        holder.close()
+    assert (await _timed(client, search))[0] == 200  # the lock gone, the next search is served

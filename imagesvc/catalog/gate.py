@@ -70,7 +70,7 @@ class CatalogGate:
 
     def off_loop(self) -> None:
         """Warn when called on a thread that runs an event loop (the catalog's own threads run none)."""
-        if self.guard and asyncio._get_running_loop() is not None:
+        if self.guard and _on_a_loop():
             warnings.warn(
                 "a catalog call on the event loop: await it through services.db or catalog.gate",
                 CatalogOnLoop,
@@ -82,10 +82,15 @@ class CatalogGate:
         """True from a call past its deadline until the probe returns."""
         return self._hung.is_set()
 
-    async def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)`` on the catalog's threads; ``Unavailable`` past the deadline or while hung."""
+    def check(self) -> None:
+        """``Unavailable`` at once while the catalog is marked hung (for work that reaches the catalog from threads
+        of its own, such as a search inside a book, before it starts)."""
         if self._hung.is_set():
             raise _hung_error()
+
+    async def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on the catalog's threads; ``Unavailable`` past the deadline or while hung."""
+        self.check()
         started = threading.Event()
 
         def call() -> T:
@@ -154,6 +159,15 @@ class CatalogGate:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _on_a_loop() -> bool:
+    """Is an event loop running on this thread?"""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _hung_error() -> Unavailable:

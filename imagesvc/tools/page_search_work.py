@@ -30,6 +30,12 @@ __all__ = ["PageSearchWork", "page_search_work"]
 
 T = TypeVar("T")
 RETRY_SECONDS = 2  # a search takes well under a second: a place is likely free again by then
+# How long a search's piece of work may take before its caller gets a 503: a search bounded by its work budget
+# (``catalog.page_rank.WORK_LIMIT``, ~0.3 s of CPU) takes well under a second even on a loaded node, so only a catalog
+# that stopped answering reaches it: a hung server, which cannot enforce its own statement timeout (5 s when
+# serving), or a lock held on the page texts. The work itself cannot be interrupted in its thread; it keeps its
+# caller's place until it ends (``_Place``).
+WORK_DEADLINE = 3.0
 _WORK: weakref.WeakKeyDictionary[Any, PageSearchWork] = weakref.WeakKeyDictionary()
 
 
@@ -57,7 +63,13 @@ class _Place:
         self._pending += 1
         future: Future[T] = self._gate.pool.submit(func, *args)
         future.add_done_callback(self._from_thread)
-        return await asyncio.wrap_future(future)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), WORK_DEADLINE)
+        except TimeoutError:
+            raise Unavailable(
+                f"This search inside a book had no answer from the catalog within {WORK_DEADLINE:g} s.",
+                retry_after=RETRY_SECONDS,
+            ) from None
 
     def _from_thread(self, _: Future[Any]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (the process is ending): nothing to free

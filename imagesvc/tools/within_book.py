@@ -78,6 +78,7 @@ async def search_within_book(
     words = list(dict.fromkeys(words))  # a word asked twice is searched for, and highlighted, once
     fields = list(FIELDS) if field == "all" else [field]
     book = await require_book(services, book_id, counts=False)
+    services.catalog.gate.check()  # the search's own reads bypass the gate: none starts while the catalog hangs
     async with page_search_work(services).admit(call.caller.subject) as place:
         await call.meter.reserve(TEXT_POOL, 1)  # the search's own unit, before any work (a spent pool starts none)
         # Both steps read and fold page texts: on the search pool's threads, each on a catalog connection of its own.
