@@ -254,3 +254,15 @@ async def _listed(server: S3Server, bucket: str, prefix: str) -> set[str]:
         return {info.key async for info in store.list(prefix)}
     finally:
         await store.close()
+
+
+def test_an_unknown_book_is_not_found_in_the_one_error_shape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imagesvc.cli import main
+
+    monkeypatch.setenv("IMAGESVC_DATA_DIR", str(tmp_path))
+    for command in ("withdraw", "restore"):
+        assert main(["books", command, "no-such-book", "--json"]) == 1
+        error = json.loads(capsys.readouterr().out)
+        assert error["error"] == "not_found" and error["book_id"] == "no-such-book" and error["recovery"]
