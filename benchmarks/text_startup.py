@@ -74,9 +74,7 @@ def every_language() -> list[str]:
 
 
 def worker_pid(proc: subprocess.Popen, workers: int) -> int:
-    """The process that serves: ``proc`` itself with one worker, else its first child (a gunicorn worker)."""
-    if workers == 1:
-        return proc.pid
+    """The process that serves: the master's first child (a gunicorn worker, with one worker as with several)."""
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
     return int(children[0]) if children else proc.pid
 
@@ -99,7 +97,7 @@ def run(data: Path, workers: int = 1, text_model: str = "e5", text: str = QUERY)
             if health is None:
                 if get(f"{base}/health") is not None:
                     health = time.perf_counter() - started
-                    health_cpu = cpu_seconds(worker_pid(proc, workers)) + (cpu_seconds(proc.pid) if workers > 1 else 0)
+                    health_cpu = cpu_seconds(worker_pid(proc, workers)) + cpu_seconds(proc.pid)
             else:
                 body = get(query)
                 if body and "dense-text" in body["search"]["signals"]:

@@ -184,7 +184,7 @@ def _gunicorn_application(settings: Settings, workers: int, multiproc_dir: str) 
                 _leave(1)
 
     class Master(Arbiter):  # type: ignore[misc]
-        """gunicorn's arbiter with imagesvc's signals: SIGINT drains like SIGTERM; SIGHUP goes to the workers."""
+        """gunicorn's arbiter with imagesvc's signals: SIGINT drains like SIGTERM; SIGHUP is a graceful reload."""
 
         def handle_term(self) -> None:
             log.info("stopping: SIGTERM to %d workers", len(self.WORKERS))
