@@ -52,7 +52,7 @@ def podman_problem() -> str | None:
     """Why containers cannot run here (a missing tool, not root), or None when they can."""
     for tool in ("podman", "debootstrap", "/usr/sbin/runc"):
         if shutil.which(tool) is None:
-            return f"{tool} is not installed (as root: apt-get install -y podman runc debootstrap)"
+            return f"{tool} is not installed (as root: bash scripts/install-system-deps.sh)"
     if os.geteuid() != 0:
         return "podman here runs rootful containers (debootstrap and cgroupfs need root)"
     done = subprocess.run([*PODMAN, "info", "--format", "{{.Host.OCIRuntime.Name}}"], capture_output=True, text=True)
