@@ -177,8 +177,7 @@ class PostgresCatalog(Catalog):
         try:
             return self._migrated()
         except _DOWN as exc:
-            log.error("catalog database unreachable: %s", _reason(exc))
-            raise _unreachable() from exc
+            raise _unreachable(exc) from exc
 
     def _migrated(self) -> int:
         """``migrate`` with the driver's errors as they are."""
@@ -206,7 +205,7 @@ class PostgresCatalog(Catalog):
                 self._down.set()
                 self._probe = threading.Thread(target=self._watch, name="imagesvc-catalog-probe", daemon=True)
                 self._probe.start()
-        return _unreachable()
+        return _unreachable(exc)
 
     def _watch(self) -> None:
         """Probe the server with a connection of its own until it answers; then drop the pool's dead connections."""
@@ -381,11 +380,11 @@ class _Broken(Unavailable):
     """One pooled connection was dead while the server answers (after a restart): a read retries once."""
 
 
-def _unreachable() -> Unavailable:
-    """The public error of an outage: the log has the driver's reason, which names the server's host and port."""
-    return Unavailable(
-        "The catalog database cannot be reached; the service recovers by itself when it is back.", retry_after=2
-    )
+def _unreachable(exc: BaseException | None = None) -> Unavailable:
+    """The error of an outage. Its public message names only the catalog database (``CatalogUnavailable``); the
+    driver's reason, which names the server's host and port, is its detail, for the log and operators."""
+    reason = f": {_reason(exc)}" if exc is not None else ""
+    return Unavailable(f"The catalog database cannot be reached{reason}.", retry_after=2)
 
 
 def _reason(exc: BaseException) -> str:
