@@ -183,7 +183,7 @@ async def warm_up(services: Any) -> None:
 
     engine = engine_for(services)
     try:
-        snap = await engine.snapshot()
+        await engine.snapshot()
         model = engine.text_model
         if model is not None:
             while not await engine.dense_ready() and engine.text_model_state().startswith("loading"):

@@ -69,6 +69,7 @@ class Vocabulary:
         """``rows``: (book id, text) of every live illustration."""
         self.words: dict[str, int] = {}  # word -> how many books use it
         self.read = 0  # texts read so far (a whole read, then only the changed books' texts)
+        self.seq = 0  # the catalog's change number its texts were read at (``changes.changed_books`` follows it)
         self._books: dict[str, tuple[str, ...]] = {}  # book -> the words its texts use
         self._buckets: dict[str, list[str]] = defaultdict(list)
         self._lock = threading.Lock()
