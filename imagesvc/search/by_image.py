@@ -201,7 +201,7 @@ async def _warm(services: Any, engine: Any) -> None:
     """One pass of the warm-up (``warm_up`` retries it while the catalog does not answer)."""
     from imagesvc.search.ranking import Query
 
-    snap = await engine.snapshot()
+    await engine.snapshot()
     model = engine.text_model
     if model is not None:
         while not await engine.dense_ready() and engine.text_model_state().startswith("loading"):

@@ -396,6 +396,7 @@ class SearchEngine:
     def _carry_vocabulary(self, old: SearchSnapshot | None, new: SearchSnapshot) -> None:
         """Give ``new`` the vocabulary of ``old`` (read, or being read), brought up to date book by book in a
         worker thread from now on: a catalog change costs the words of the books it touched, not the library's.
+        The vocabulary is moved, not copied (a search still ranking on ``old`` may see the newer words: harmless).
         Without one, ``new`` reads its own whole on its first text query."""
         job = old.derived.get("vocabulary") if old is not None else None
         if job is None or (job.done() and (job.cancelled() or job.exception() is not None)):
