@@ -135,7 +135,7 @@ async def bytes_of(client: TestClient, paths: set[str]) -> dict[str, bytes]:
 
 
 async def test_a_withdrawn_book_is_gone_from_every_node_and_comes_back_whole(
-    nodes: list[TestClient], data_dir: Path
+    nodes: list[TestClient], data_dir: Path, demo_library: dict[str, Any], tmp_path: Path
 ) -> None:
     first, second = nodes
     key, _ = new_key(data_dir, "enterprise")
@@ -162,6 +162,13 @@ async def test_a_withdrawn_book_is_gone_from_every_node_and_comes_back_whole(
         assert not any((where := await shown(node, book_id, key)).values()), where
     assert last_change(data_dir) == (book["id"], "Delete")
     assert books_command(env, "withdraw", SEFER)["moved"] == 0  # a second run finds nothing left to move
+    # A rerun of the book's manifest (a routine, idempotent ingest) does not undo the takedown.
+    manifest = manifest_of(demo_library["manifest"], [SEFER], tmp_path / "sefer.json")
+    done = subprocess.run([IMAGESVC, "ingest", str(manifest), "--json"], env=env, capture_output=True, timeout=300)
+    assert done.returncode == 0 and json.loads(done.stdout)["books_skipped"] == 1, done.stderr[-2000:]
+    for node in nodes:
+        assert set((await statuses(node, paths)).values()) == {404}
+        assert not any((where := await shown(node, book_id, key)).values()), where
 
     done = books_command(env, "restore", SEFER)
     assert not done["withdrawn"] and done["moved"] == done["public_objects"] and not done["missing"]

@@ -49,6 +49,12 @@ class BookJob:
 
     async def run(self) -> None:
         book, ctx = self.book, self.ctx
+        if ctx.catalog.scalar("SELECT withdrawn FROM books WHERE id = ?", (book["id"],)) == 1:
+            # A takedown holds until `imagesvc books restore`: a rerun of the library's manifests must not bring the
+            # book back (its public tiers are moved out of pub/, imagesvc/ingest/withdrawal.py).
+            log.warning("book %s is withdrawn: not ingested; `imagesvc books restore` brings it back", book["slug"])
+            self._skip()
+            return
         for page in book["pages"]:
             if page.get("image"):
                 self.master_sha[page["number"]] = await asyncio.to_thread(
@@ -65,10 +71,7 @@ class BookJob:
         current = ctx.catalog.find_book(book["id"])
         if current is not None and current["source_hash"] == source_hash:
             self._still_refused()
-            ctx.summary.books_skipped += 1
-            ctx.summary.pages += len(book["pages"])
-            ctx.summary.illustrations += sum(len(p.get("illustrations", [])) for p in book["pages"] if p.get("image"))
-            ctx.bar.update(len(book["pages"]))
+            self._skip()
             return
         results = await asyncio.gather(*(self.page(p) for p in book["pages"]))
         old_keys = self._stored_keys()
@@ -79,6 +82,14 @@ class BookJob:
         # Objects the book no longer refers to (re-derived pages) go only after the new rows are committed.
         for key in old_keys - self._stored_keys():
             await ctx.store.delete(key)
+
+    def _skip(self) -> None:
+        """Count the book as skipped whole: its pages and illustrations as they stand."""
+        book, ctx = self.book, self.ctx
+        ctx.summary.books_skipped += 1
+        ctx.summary.pages += len(book["pages"])
+        ctx.summary.illustrations += sum(len(p.get("illustrations", [])) for p in book["pages"] if p.get("image"))
+        ctx.bar.update(len(book["pages"]))
 
     def _still_refused(self) -> None:
         """An unchanged book is skipped whole, but its refused pages are still missing: report them again."""
