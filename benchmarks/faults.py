@@ -287,8 +287,9 @@ async def _within_flood(nodes: list[Node], key: str, seconds: float, seed: int) 
                 ) as r:
                     await r.read()
                     statuses[str(r.status)] += 1
-                    if r.status == 429:
-                        await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
+                    if r.status == 429:  # as a polite client would, but never past the phase's end
+                        wait = float(r.headers.get("Retry-After", "1"))
+                        await asyncio.sleep(max(0.0, min(wait, stop - time.monotonic())))
             except (TimeoutError, aiohttp.ClientError) as exc:
                 statuses[type(exc).__name__] += 1
 
