@@ -25,6 +25,7 @@ from imagesvc.web.app_keys import ACCESS, CALLER, IDENTIFIER, KEEPER, LEDGER, RE
 from imagesvc.web.params import accepts
 from imagesvc.web.responses import KeptResponse, write_pieces
 from imagesvc.web.rest import tool_call
+from imagesvc.web.wire import Keeper
 
 __all__ = ["ArchiveResponse", "archive"]
 
@@ -41,9 +42,11 @@ class ArchiveResponse(KeptResponse):
         self._members: Any = members
         self._format = format
         self._head = False
+        self._keeper: Keeper | None = None
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         self._head = request.method == "HEAD"
+        self._keeper = request.get(KEEPER)
         limit_send_buffer(request.transport, request.app[SERVICES].settings.archive_send_buffer)
         return await super().prepare(request)
 
@@ -55,6 +58,10 @@ class ArchiveResponse(KeptResponse):
                     frame = zip_chunks if self._format == "zip" else tar_chunks
                     async for chunk in frame(members):
                         await write_pieces(self, chunk)
+                    if self._keeper is not None:
+                        # The archive's end is sent once every image in it is settled: a client that has the whole
+                        # archive finds it counted, whatever it asks next and on whichever connection.
+                        await self._keeper.finish()
             finally:
                 await asyncio.shield(members.aclose())
         await super().write_eof(data)

@@ -148,13 +148,18 @@ async def test_a_reader_that_stops_after_the_head_pays_for_nothing_and_is_cut_of
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
 @pytest.mark.parametrize("door", ["image", "zip-full"])
 async def test_a_delivery_read_after_stalls_longer_than_a_reservation_lives_is_charged_in_full(
-    start: Start, data_dir: Path, door: str
+    start: Start, data_dir: Path, door: str, backend: str, request: pytest.FixtureRequest
 ) -> None:
     """Reservations live 1 s here; the client stalls 2.5 s twice before reading everything. The delivery renews its
-    reservations while it is written, so every image received is charged: one for /image, eight for the archive."""
-    server = await start(reservation_ttl=1.0, write_timeout=HANG, archive_send_buffer=1 << 16)
+    reservations while it is written, on either access backend, so every image received is charged: one for
+    /image, eight for the archive."""
+    access = (
+        {"access_backend": "redis", "redis_url": request.getfixturevalue("redis_server")} if backend == "redis" else {}
+    )
+    server = await start(reservation_ttl=1.0, write_timeout=HANG, archive_send_buffer=1 << 16, **access)
     key, key_id = new_key(data_dir, "free")
 
     def stall_and_read() -> bytes:
