@@ -151,7 +151,8 @@ class Settings:
     catalog_deadline: float = _opt(
         1.5,
         "Seconds the service waits for any catalog call before answering 503 unavailable (at most 2); a call past it "
-        "marks the catalog hung, and calls fail at once until a probe sees it answer again.",
+        "marks the catalog hung, and calls fail at once until a probe sees it answer again. Each call to Redis (the "
+        "access store) waits at most this long too.",
         _catalog_deadline,
     )
     database_url: str = _opt(

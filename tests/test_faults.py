@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -197,3 +198,43 @@ async def test_redis_down_delivers_nothing_and_recovers(
 
     assert await eventually(serves, 10) < 10
     assert (await client.get("/api/books")).status == 200
+
+
+async def test_a_hung_redis_costs_a_503_within_the_deadline_whatever_the_queue(
+    redis: Redis, demo_library: dict[str, Any], tmp_path: Path, aiohttp_client: Any
+) -> None:
+    """Redis stopped with SIGSTOP (it neither answers nor refuses): 40 requests at once, keyed deliveries and
+    anonymous catalog reads, more than the client's 16 connections, each answer 503 within twice the deadline (1.5 s)
+    rather than a socket timeout and its retry each in turn behind the others (10-30 s); free routes answer."""
+    data = copy_library(demo_library["data"], tmp_path / "data")
+    catalog = Catalog(data / "catalog.sqlite3")
+    key, _ = create_key(catalog, "full", "faults")
+    catalog.close()
+    full = {"Authorization": f"Bearer {key}"}
+    client: TestClient = await aiohttp_client(
+        build_app(settings_for(data, access_backend="redis", redis_url=redis.url))
+    )
+    assert (await client.get("/api/image", params=DEMO_PAGE, headers=full)).status == 200
+    assert redis.proc is not None
+    redis.proc.send_signal(signal.SIGSTOP)
+    try:
+
+        async def timed(path: str, **kwargs: Any) -> tuple[int, float, str]:
+            started = time.monotonic()
+            async with client.get(path, **kwargs) as resp:
+                await resp.read()
+                return resp.status, time.monotonic() - started, path
+
+        calls = [timed("/api/image", params=DEMO_PAGE, headers=full) for _ in range(30)]
+        calls += [timed("/api/books") for _ in range(10)]
+        calls += [timed("/health/ready")]
+        answers = await asyncio.gather(*calls)
+        status, took, _ = await timed("/health/live")
+    finally:
+        redis.proc.send_signal(signal.SIGCONT)
+    assert status == 200 and took < 1.0, (status, took)
+    assert {status for status, _, _ in answers} == {503}, answers
+    # Each call to Redis waits at most the deadline; a request makes at most two in turn (a usage record waits for the
+    # batch in flight), whatever the queue: 10-30 s on the code before, a socket timeout and its retry each in turn.
+    longest = max(took for _, took, _ in answers)
+    assert longest < 2 * 1.5 + 1.5, sorted((took, path) for _, took, path in answers)[-5:]

@@ -210,7 +210,7 @@ def make_access(settings: Settings) -> AccessState:
     if settings.access_backend == "redis":
         from imagesvc.access.redis import RedisAccess
 
-        return RedisAccess(settings.redis_url, pending_ttl=settings.reservation_ttl)
+        return RedisAccess(settings.redis_url, pending_ttl=settings.reservation_ttl, deadline=settings.catalog_deadline)
     raise ValueError(f"unknown access backend {settings.access_backend!r}; valid: {', '.join(BACKENDS)}")
 
 

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from imagesvc.access import (
@@ -65,8 +66,14 @@ class RedisAccess:
         prefix: str = "imagesvc:access:",
         pending_ttl: float = PENDING_TTL,
         max_connections: int = 16,
+        deadline: float = 2.0,
     ) -> None:
         self.prefix = prefix
+        # A hung Redis (stopped, not down) answers nothing and refuses nothing: every call, the wait for a free
+        # connection included, ends at this deadline as an outage, and a reply that does not come within it is not
+        # asked for again, so callers queued behind a hung server do not wait a socket timeout and a retry each in
+        # turn. (The socket timeout is the deadline too: redis-py does not always let the outer one cancel a read.)
+        self.deadline = deadline
         self.pending_ttl = pending_ttl
         parts = urlsplit(url)
         self._where = f"{parts.hostname or 'localhost'}:{parts.port or 6379}"  # never the password
@@ -78,8 +85,8 @@ class RedisAccess:
             url,
             max_connections=max_connections,
             socket_connect_timeout=2,
-            socket_timeout=5,
-            retry=Retry(NoBackoff(), 1),
+            socket_timeout=deadline,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),  # dropped, not silent
             decode_responses=True,
         )
         self._redis = aioredis.Redis(connection_pool=pool)
@@ -93,8 +100,13 @@ class RedisAccess:
     @asynccontextmanager
     async def _translate(self) -> AsyncIterator[None]:
         try:
-            async with self._gate:
+            async with asyncio.timeout(self.deadline), self._gate:
                 yield
+        except TimeoutError as exc:
+            raise AccessUnavailable(
+                f"Redis at {self._where} holds budgets and rate limits and did not answer within {self.deadline:g} s; "
+                "nothing is delivered until it does."
+            ) from exc
         except (RedisError, OSError) as exc:
             raise AccessUnavailable(
                 f"Redis at {self._where} holds budgets and rate limits and cannot be used ({exc}); nothing is "

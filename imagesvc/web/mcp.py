@@ -95,7 +95,9 @@ async def _answer(request: web.Request, message: Any, post: Post) -> dict[str, A
     has_id = "id" in message
     msg_id = message.get("id")
     if has_id and not valid_id(msg_id):
-        return RpcError(INVALID_REQUEST, "id must be a string, an integer or null.").reply(None)
+        return RpcError(
+            INVALID_REQUEST, "id must be a string of text (no NUL, no lone surrogate), an integer or null."
+        ).reply(None)
     problem = unfit(message)
     if problem is not None:
         return RpcError(INVALID_REQUEST, problem).reply(msg_id)
@@ -146,7 +148,9 @@ async def mcp_post(request: web.Request) -> web.Response:
     post = Post(request)
     if not isinstance(body, list):
         reply = await _answer(request, body, post)
-        return web.Response(status=202) if reply is None else _json(encode_reply(reply))
+        if reply is None:
+            return web.Response(status=202)
+        return web.Response(body=encode_reply(reply), content_type="application/json", charset="utf-8")
     if not body:
         return _reply(RpcError(INVALID_REQUEST, "An empty batch is not a request.").reply(None), status=400)
     if len(body) > MAX_BATCH:
@@ -161,15 +165,11 @@ async def mcp_post(request: web.Request) -> web.Response:
         reply = await _answer(request, message, post)
         await asyncio.sleep(0)  # a call answered from memory never yields: let other requests in between calls
         if reply is not None:
-            parts.append(encode_reply(reply).encode())
+            parts.append(encode_reply(reply))
             post.sent += len(parts[-1])
     if not parts:
         return web.Response(status=202)
     return web.Response(body=b"[" + b",".join(parts) + b"]", content_type="application/json", charset="utf-8")
-
-
-def _json(text: str) -> web.Response:
-    return web.Response(text=text, content_type="application/json")
 
 
 async def mcp_get(request: web.Request) -> web.Response:

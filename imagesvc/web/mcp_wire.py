@@ -2,7 +2,7 @@
 
 Bodies over ``MAX_BODY_BYTES`` are refused unread; ``NaN`` and ``Infinity`` are not JSON; a message nested deeper
 than ``MAX_DEPTH`` or holding a number too large for a double is refused; ids are strings, integers or null; every
-reply is strict JSON.
+reply is strict JSON (and UTF-8).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc.errors import PayloadTooLarge
+from imagesvc.surface.arguments import not_text
 from imagesvc.web.mcp_tools import encode
 
 __all__ = [
@@ -58,8 +59,11 @@ class RpcError(Exception):
 
 
 def valid_id(value: Any) -> bool:
-    """JSON-RPC ids are strings, integers or null; fractions, booleans and the rest are refused."""
-    return value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    """JSON-RPC ids are strings, integers or null; fractions, booleans and the rest are refused, and so is a string
+    holding what no text holds (``not_text``): a lone surrogate cannot be echoed in a UTF-8 reply."""
+    if isinstance(value, str):
+        return not_text(value) is None
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def unfit(message: dict[str, Any]) -> str | None:
@@ -111,11 +115,19 @@ async def read_body(request: web.Request) -> bytes:
     return b"".join(chunks)
 
 
-def encode_reply(reply: dict[str, Any]) -> str:
-    """One reply as strict JSON; a result that cannot be (a NaN from a tool) becomes an internal error reply."""
+def encode_reply(reply: dict[str, Any]) -> bytes:
+    """One reply as strict JSON in UTF-8; a result that cannot be (a NaN from a tool) becomes an internal error reply.
+    A lone surrogate the reply echoes from the request (an unknown argument's name) is written as its ``\\u`` escape,
+    as JSON allows: UTF-8 has no bytes for it."""
+    value = reply
     try:
-        return encode(reply)
+        text = encode(value)
     except (ValueError, TypeError, RecursionError):
         log.exception("a reply to %r is not JSON", reply.get("id"))
         error = RpcError(-32603, "The service built a reply that is not JSON; report it with the X-Request-Id.")
-        return encode(error.reply(reply.get("id")))
+        value = error.reply(reply.get("id"))
+        text = encode(value)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, allow_nan=False).encode("ascii")

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from imagesvc import tools
+from imagesvc.surface.arguments import not_text
 from imagesvc.web.params import query_schema
 from imagesvc.web.routes import API, ROUTES
 from tests.http.live import Answer, Live, library_settings, postgres_library, serve
@@ -307,6 +308,31 @@ def test_a_cursor_that_decodes_to_nul_or_a_lone_surrogate_is_a_400_naming_it(liv
     for door in cursor_doors:
         for cursor in SURROGATE_CURSORS:
             refused(door, cursor, door.send(live, cursor))
+
+
+def test_the_json_rpc_envelope_takes_any_string(live: Live) -> None:
+    """The strings of the message itself (its id, method, tool name and argument names) holding NUL or a lone
+    surrogate, alone and in a batch: a JSON-RPC answer, never a 500. An id that cannot be echoed in a UTF-8 reply (a
+    lone surrogate) is refused as an invalid request answered with a null id."""
+    headers = {"Content-Type": "application/json"}
+    tool = {"name": "get_book", "arguments": {"book_id": BOOK}}
+    for text in [*NUL, *SURROGATES]:
+        messages = [
+            {"jsonrpc": "2.0", "id": text, "method": "tools/list"},
+            {"jsonrpc": "2.0", "id": text, "method": "tools/call", "params": tool},
+            {"jsonrpc": "2.0", "id": 1, "method": text},
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": text, "arguments": {}}},
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_book", "arguments": {text: 1}}},
+        ]
+        for body in [*messages, messages]:
+            answer = live.request("POST", "/api/mcp", json.dumps(body).encode(), headers)
+            assert answer.status in (200, 400), (text, body, answer.status, answer.text[:300])
+            replies = answer.json()
+            for reply in replies if isinstance(replies, list) else [replies]:
+                assert reply["jsonrpc"] == "2.0" and ("error" in reply or "result" in reply), (text, reply)
+        refused = live.request("POST", "/api/mcp", json.dumps(messages[0]).encode(), headers).json()
+        if not_text(text) is not None:
+            assert refused["id"] is None and refused["error"]["code"] == -32600, (text, refused)
 
 
 def test_every_door_that_takes_text_is_listed() -> None:
