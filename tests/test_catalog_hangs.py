@@ -108,9 +108,9 @@ async def _timed(client: TestClient, path: str, **kwargs: Any) -> tuple[int, flo
 
 
 async def _uncatalogued_while(client: TestClient, busy: asyncio.Future[Any], at_least: float) -> dict[str, list[float]]:
-    """Seconds each ``/health/live`` and ``/img/`` request took, asked one after another while ``busy`` runs and
-    for ``at_least`` seconds; every one answered 200."""
-    took: dict[str, list[float]] = {f"/img/{IMG[4:]}": [], "/health/live": []}
+    """Seconds each ``/img/``, ``/health/live`` and ``/metrics`` request took, asked one after another while
+    ``busy`` runs and for ``at_least`` seconds; every one answered 200."""
+    took: dict[str, list[float]] = {f"/img/{IMG[4:]}": [], "/health/live": [], "/metrics": []}
     until = time.monotonic() + at_least
     while not busy.done() or time.monotonic() < until:
         for path, seconds in took.items():
