@@ -4,7 +4,10 @@ metered delivery by them, renews its reservations and ends a reader that stalls.
 On Linux every TCP socket reports ``tcpi_bytes_acked`` (``TCP_INFO``): the bytes of the stream the client's TCP
 acknowledged, i.e. bytes that reached the client's machine. A position is taken after the last byte of a unit was
 handed to the transport: bytes acknowledged + bytes queued in the kernel (``SIOCOUTQ``) + bytes still in the
-transport's buffer. The unit counts as received once ``tcpi_bytes_acked`` reaches that position. The socket is
+transport's buffer. The unit counts as received once ``tcpi_bytes_acked`` reaches that position. The two kernel
+counters are read as one snapshot (acknowledged, queued, acknowledged again, until both readings agree): an
+acknowledgement landing between two reads would otherwise count its bytes twice, a position the client never reaches,
+and the wait for it would hold the connection (and a kept-alive client's next request on it). The socket is
 duplicated for the delivery's length, so that its counters can still be read after the client hung up.
 
 The bound: a unit charged but not read by the client's program is one whose every byte sits in the client's
@@ -88,6 +91,22 @@ def _queued(sock: socket.socket) -> int:
     return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0])
 
 
+def _sent(sock: socket.socket) -> int:
+    """Every byte handed to the kernel so far: acknowledged plus queued, both read at one moment.
+
+    Only this process writes to the socket, so only acknowledgements move the two counters, and by the same amount
+    in opposite directions; the queue read between two equal acknowledgement reads belongs with them. Each retry
+    follows an acknowledgement of bytes still queued, so the loop ends.
+    """
+    acked = _acked(sock)
+    while True:
+        queued = _queued(sock)
+        again = _acked(sock)
+        if again == acked:
+            return acked + queued
+        acked = again
+
+
 class Wire:
     """Positions in one connection's outgoing stream, and how far the client acknowledged it."""
 
@@ -122,14 +141,7 @@ class Wire:
             return self._last_acked + (1 << 62)
         buffered = self._buffered()
         try:
-            for _ in range(3):
-                # acknowledged + unacknowledged is the stream's length only if no acknowledgement landed between
-                # the two reads: read the first again and keep the sum once it did not move.
-                before = _acked(self._sock)
-                queued = _queued(self._sock)
-                if _acked(self._sock) == before:
-                    break
-            position = before + queued + buffered  # if it kept moving: short by what arrived meanwhile, at most
+            position = _sent(self._sock) + buffered
         except OSError:
             return self._last_acked + (1 << 62)  # unreadable: nothing past this point is ever counted received
         self._high = max(self._high, position)
