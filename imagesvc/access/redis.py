@@ -24,6 +24,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from imagesvc.access import (
     BUCKET_SECONDS,
@@ -52,6 +53,7 @@ __all__ = ["RedisAccess"]
 
 _USAGE_TTL = BUDGET_WINDOW + 2 * BUCKET_SECONDS
 _METER_TTL = (METER_DAYS + 2) * 86_400
+PROBE_SECONDS = 0.5  # between two pings of a Redis known to be hung
 
 
 class RedisAccess:
@@ -69,11 +71,13 @@ class RedisAccess:
         deadline: float = 2.0,
     ) -> None:
         self.prefix = prefix
-        # A hung Redis (stopped, not down) answers nothing and refuses nothing: every call, the wait for a free
-        # connection included, ends at this deadline as an outage, and a reply that does not come within it is not
-        # asked for again, so callers queued behind a hung server do not wait a socket timeout and a retry each in
-        # turn. (The socket timeout is the deadline too: redis-py does not always let the outer one cancel a read.)
+        # A hung Redis (stopped, not down) answers nothing and refuses nothing. A call that gets no answer within
+        # this deadline fails as an outage and marks Redis hung: every call then fails at once, those queued for a
+        # connection included, while one probe pings it every PROBE_SECONDS; the first answer ends it. So a request
+        # waits at most the deadline however many are queued, rather than a socket timeout and a retry each in turn.
+        # (The socket timeout is the deadline too: redis-py does not always let the outer one cancel a read.)
         self.deadline = deadline
+        self._probe: asyncio.Task[None] | None = None  # running while Redis is known to be hung
         self.pending_ttl = pending_ttl
         parts = urlsplit(url)
         self._where = f"{parts.hostname or 'localhost'}:{parts.port or 6379}"  # never the password
@@ -100,18 +104,42 @@ class RedisAccess:
     @asynccontextmanager
     async def _translate(self) -> AsyncIterator[None]:
         try:
-            async with asyncio.timeout(self.deadline), self._gate:
-                yield
-        except TimeoutError as exc:
-            raise AccessUnavailable(
-                f"Redis at {self._where} holds budgets and rate limits and did not answer within {self.deadline:g} s; "
-                "nothing is delivered until it does."
-            ) from exc
+            async with self._gate:
+                if self._probe is not None:
+                    raise AccessUnavailable(
+                        f"Redis at {self._where} holds budgets and rate limits and has not answered for "
+                        f"{self.deadline:g} s or more; nothing is delivered until it does."
+                    )
+                try:
+                    async with asyncio.timeout(self.deadline):
+                        yield
+                except (TimeoutError, RedisTimeoutError) as exc:
+                    self._hung()
+                    raise AccessUnavailable(
+                        f"Redis at {self._where} holds budgets and rate limits and did not answer within "
+                        f"{self.deadline:g} s; nothing is delivered until it does."
+                    ) from exc
         except (RedisError, OSError) as exc:
             raise AccessUnavailable(
                 f"Redis at {self._where} holds budgets and rate limits and cannot be used ({exc}); nothing is "
                 "delivered until it is back."
             ) from exc
+
+    def _hung(self) -> None:
+        if self._probe is None:
+            self._probe = asyncio.create_task(self._until_answered())
+
+    async def _until_answered(self) -> None:
+        """Ping every ``PROBE_SECONDS`` (each under the deadline) until Redis answers; then calls go through again."""
+        while True:
+            await asyncio.sleep(PROBE_SECONDS)
+            try:
+                async with asyncio.timeout(self.deadline):
+                    await self._redis.ping()
+            except (TimeoutError, RedisError, OSError):
+                continue
+            self._probe = None
+            return
 
     def _key(self, subject: str, kind: str) -> str:
         return f"{self.prefix}{{{subject}}}:{kind}"
@@ -252,6 +280,8 @@ class RedisAccess:
             await self._redis.ping()
 
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
         await self._meter.flush()
         await self._redis.aclose()
         await self._redis.connection_pool.disconnect()

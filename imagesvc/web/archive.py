@@ -146,7 +146,7 @@ async def take_archive_slots(request: web.Request) -> None:
     both with Retry-After. A HEAD takes none but is refused as GET would be."""
     app, caller = request.app, request[CALLER]
     settings, access = app[SERVICES].settings, app[ACCESS]
-    node = f"node:{socket.gethostname()}"
+    node = _node(request)
     wanted = ((caller.subject, settings.archive_per_key), (node, settings.archive_per_node))
     if request.method == "HEAD":
         for subject, limit in wanted:
@@ -160,6 +160,14 @@ async def take_archive_slots(request: web.Request) -> None:
             await ledger.close(None)  # the slot taken already goes back
             raise _busy(subject, limit)
         ledger.lease(access, slot)
+
+
+def _node(request: web.Request) -> str:
+    """This node's name for its slots: the host and the port it listens on (its workers share the listening socket;
+    two nodes on one host, or on one network namespace, listen on two ports and so keep two counts)."""
+    sockname = None if request.transport is None else request.transport.get_extra_info("sockname")
+    listening = sockname[1] if isinstance(sockname, tuple) and len(sockname) >= 2 else sockname
+    return f"node:{socket.gethostname()}:{listening or ''}"
 
 
 def _busy(subject: str, limit: int) -> ImagesvcError:

@@ -257,3 +257,24 @@ async def test_a_node_sends_at_most_its_archives_at_once(start: Start, data_dir:
             assert "127.0.0.1" not in body["message"] and socket.gethostname() not in body["message"]
     finally:
         _hang_up(holder)
+
+
+async def test_two_nodes_on_one_host_keep_a_count_each(start: Start, data_dir: Path) -> None:
+    """Two nodes on one machine, sharing the access store: an archive held open on one takes none of the other's
+    slots (they were counted under the host's name alone, so a node sending nothing refused with 503)."""
+    busy = await start(archive_per_node=1, archive_send_buffer=1 << 16)
+    idle = await start(archive_per_node=1, archive_send_buffer=1 << 16)
+    first, _ = new_key(data_dir, "enterprise")
+    second, _ = new_key(data_dir, "enterprise")
+    holder = await asyncio.to_thread(_connect, busy, TARGETS["zip-full"], first)
+    try:
+        head, _ = await asyncio.to_thread(_head, holder)
+        assert head.startswith(b"HTTP/1.1 200")
+        auth = {"Authorization": f"Bearer {second}"}
+        async with _session(idle) as http, http.get(TARGETS["tar-thumb"], headers=auth) as served:
+            assert served.status == 200, await served.text()
+            await served.read()
+        async with _session(busy) as http, http.get(TARGETS["tar-thumb"], headers=auth) as refused:
+            assert refused.status == 503, await refused.text()
+    finally:
+        _hang_up(holder)
