@@ -35,7 +35,7 @@ RETRY_SECONDS = 2  # a search takes well under a second: a place is likely free 
 # that stopped answering reaches it: a hung server, which cannot enforce its own statement timeout (5 s when
 # serving), or a lock held on the page texts. The work itself cannot be interrupted in its thread; it keeps its
 # caller's place until it ends (``_Place``).
-WORK_DEADLINE = 3.0
+WORK_DEADLINE = 2.0
 _WORK: weakref.WeakKeyDictionary[Any, PageSearchWork] = weakref.WeakKeyDictionary()
 
 
