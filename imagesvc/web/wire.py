@@ -186,11 +186,16 @@ class Wire:
             self._sock = None
 
 
+# The least a reader must acknowledge per write deadline while bytes wait for it: a reader that takes a few bytes now
+# and then (about 1 KiB/s at the default 60 s) would otherwise hold its delivery, and an archive slot, for days.
+MIN_PROGRESS = 64 * 1024
+
+
 class Keeper:
     """Runs beside one metered delivery on ``wire``: commits what the client acknowledged, renews ``ledger``'s
-    reservations every ``renew_every`` seconds, and aborts the connection when the client acknowledged nothing for
-    ``write_timeout`` seconds while bytes waited for it (the write deadline). ``finish`` waits for the last
-    acknowledgement and settles the ledger."""
+    reservations every ``renew_every`` seconds, and aborts the connection when the client acknowledged less than
+    ``MIN_PROGRESS`` bytes in ``write_timeout`` seconds while bytes waited for it (the write deadline). ``finish``
+    waits for the last acknowledgement and settles the ledger."""
 
     def __init__(self, wire: Wire, ledger: Ledger, *, write_timeout: float, renew_every: float) -> None:
         self.wire, self.ledger = wire, ledger
@@ -244,10 +249,10 @@ class Keeper:
             acked = self.wire.acked()
             await self.ledger.acknowledge(acked)
             now = loop.time()
-            if acked != last or not self.wire.outstanding():
+            if acked - last >= MIN_PROGRESS or not self.wire.outstanding():
                 last, since = acked, now
             elif now - since >= self.write_timeout and not self.wire.closed():
-                log.info("client acknowledged nothing for %.0f s: connection closed", now - since)
+                log.info("client acknowledged %d bytes in %.0f s: connection closed", acked - last, now - since)
                 self.stalled.set()
                 self.wire.abort()
             if now - renewed >= self.renew_every:

@@ -147,6 +147,48 @@ async def test_a_reader_that_stops_after_the_head_pays_for_nothing_and_is_cut_of
     assert await _charges(server, key_id) == (0, 0)
 
 
+async def test_a_reader_that_trickles_is_cut_off_at_the_write_deadline(start: Start, data_dir: Path) -> None:
+    """A keyed client reads an archive a few kilobytes at a time, never stalling long: acknowledging a little now
+    and then must not hold the delivery (and its archive slot) for as long as the archive would take at that pace.
+    Less than ``MIN_PROGRESS`` bytes a write deadline ends it, as a stall does, and the slot comes back."""
+    from imagesvc.web.wire import MIN_PROGRESS
+
+    server = await start(write_timeout=2.0, archive_per_key=1)
+    key, _ = new_key(data_dir, "free")
+
+    def trickle() -> tuple[bytes, float, int]:
+        sock = _connect(server, TARGETS["zip-full"], key)
+        started, read = time.monotonic(), 0
+        try:
+            head, rest = _head(sock)
+            read = len(rest)
+            while time.monotonic() - started < HANG:
+                time.sleep(0.25)
+                piece = sock.recv(1024)  # 4 KiB a second: a tenth of what a write deadline asks
+                if not piece:
+                    break
+                read += len(piece)
+        except OSError:  # reset by the server
+            pass
+        finally:
+            _hang_up(sock)
+        return head, time.monotonic() - started, read
+
+    head, lasted, read = await asyncio.to_thread(trickle)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert lasted < HANG, "a trickling reader kept its archive for a minute"
+    assert read < 8 * MIN_PROGRESS, read
+    deadline = time.monotonic() + HANG
+    while True:  # the key's one archive slot is given back
+        auth = {"Authorization": f"Bearer {key}"}
+        async with _session(server) as http, http.get(TARGETS["tar-thumb"], headers=auth) as resp:
+            await resp.read()
+            if resp.status == 200:
+                break
+        assert time.monotonic() < deadline, resp.status
+        await asyncio.sleep(0.2)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
 @pytest.mark.parametrize("door", ["image", "zip-full"])
