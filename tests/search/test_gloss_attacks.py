@@ -267,6 +267,9 @@ HTTP_QUERIES = [
 async def test_hostile_queries_over_rest_answer_200_and_a_sensible_glossed(site: TestServer) -> None:
     for q in HTTP_QUERIES:
         status, kind, text = await _get(site, "/api/gallery", q)
+        if "\x00" in q:  # NUL is no text: a 400 naming the parameter at every door (tests/http/test_any_string.py)
+            assert status == 400 and json.loads(text)["parameter"] == "q", (q, status, text[:300])
+            continue
         assert status == 200 and kind.startswith("application/json"), (q, status, text[:300])
         search = json.loads(text)["search"]
         read = search.get("glossed")
