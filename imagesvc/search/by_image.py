@@ -24,6 +24,7 @@ from imagesvc.search.feature_index import Candidate
 from imagesvc.search.features import extract_query
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
+from imagesvc.search.threads import off_loop
 
 __all__ = ["BlockMatch", "ImageMatcher", "match_picture", "matcher_for"]
 
@@ -100,11 +101,11 @@ class ImageMatcher:
         waits at most the search wait setting, then answers with what is loaded while the load goes on."""
         if self.follower is not None and not self.follower.local():
             return await self._ready_published(self.follower)
-        digest = await asyncio.to_thread(current_digest, self._data_dir)
+        digest = await off_loop(current_digest, self._data_dir)
         if digest is None or digest == self._failed or (self._index is not None and self._index.digest == digest):
             return self._index
         if self._job is None or self._job.done():
-            self._job = asyncio.ensure_future(asyncio.to_thread(self._load, digest))
+            self._job = asyncio.ensure_future(off_loop(self._load, digest))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._job), self.services.settings.search_wait)
         return self._index
@@ -123,7 +124,7 @@ class ImageMatcher:
     async def _load_published(self, follower: Follower, row: dict[str, Any]) -> None:
         try:
             folder = await follower.fetch(row)
-            index = await asyncio.to_thread(load_blocks, folder)
+            index = await off_loop(load_blocks, folder)
             if index is None:
                 raise IndexCorrupt(f"the published block index in {folder} has no current.json")
         except FETCH_ERRORS as exc:  # keep the index in service
@@ -132,7 +133,7 @@ class ImageMatcher:
             return
         self._index = index
         self.loads += 1
-        await asyncio.to_thread(follower.loaded, row)
+        await off_loop(follower.loaded, row)
         log.info("search by image: %s", self.state())
 
     def _load(self, digest: str) -> None:
@@ -159,7 +160,7 @@ class ImageMatcher:
         if index is None or not index.ids:
             return []
         if run is None:
-            return await asyncio.to_thread(match_picture, index, image, live)
+            return await off_loop(match_picture, index, image, live)
         return await run(match_picture, index, image, live)
 
 
@@ -209,8 +210,8 @@ async def _warm(services: Any, engine: Any) -> None:
         if model.glossed and model.info is not None:
             from imagesvc.search.glosses import glossary
 
-            await asyncio.to_thread(glossary().load, model.glossed)
-        await asyncio.to_thread(model.is_common_word, "furnace")  # the spelling dictionary (~0.3 s)
+            await off_loop(glossary().load, model.glossed)
+        await off_loop(model.is_common_word, "furnace")  # the spelling dictionary (~0.3 s)
     await engine.search(Query(text=WARM_QUERY))  # keyword, dense and CLIP text encode; the vocabulary
     matcher = matcher_for(services)
     while await matcher.ready() is None and matcher._job is not None and not matcher._job.done():
@@ -219,4 +220,4 @@ async def _warm(services: Any, engine: Any) -> None:
     snap = await engine.snapshot()
     await matcher.same_block(picture, set(snap.table.ids[:1]))
     if snap.matrix is not None and engine.encoder is not None:
-        await asyncio.to_thread(engine.encoder.encode_images, [picture])
+        await off_loop(engine.encoder.encode_images, [picture])

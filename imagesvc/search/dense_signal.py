@@ -28,6 +28,7 @@ from imagesvc.search.dense import (
 from imagesvc.search.glosses import glossary
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
+from imagesvc.search.threads import off_loop, submit
 from imagesvc.search.vectors import VectorIndex, indexed_model, load_index
 
 __all__ = ["DenseText", "QueryCache"]
@@ -166,7 +167,7 @@ class DenseText:
         (embedded here or published): not in the first query in Latin letters (~1 s)."""
         if not self._lexicons_asked and self.model is not None and self.model.glossed:
             self._lexicons_asked = True
-            asyncio.get_running_loop().run_in_executor(None, glossary().load, self.model.glossed)
+            submit(glossary().load, self.model.glossed)
 
     async def _sync(self, stamp: Any) -> None:
         self._read_lexicons()
@@ -179,7 +180,7 @@ class DenseText:
                 self._stamp = stamp  # else the next query asks again (the store failed: retried after a pause)
             return
         try:
-            state = await asyncio.to_thread(self._load)
+            state = await off_loop(self._load)
         except StaleWork:
             return
         if not self.closed:
@@ -193,10 +194,10 @@ class DenseText:
         if row is None or not follower.wanted(row):
             return
         assert self.model is not None
-        await asyncio.to_thread(self.model.load)  # for the queries; a model that cannot load is not the index's fault
+        await off_loop(self.model.load)  # for the queries; a model that cannot load is not the index's fault
         try:
             folder = await follower.fetch(row)
-            state = await asyncio.to_thread(self._load_published, folder)
+            state = await off_loop(self._load_published, folder)
         except OtherModel:
             raise
         except FETCH_ERRORS as exc:
@@ -204,7 +205,7 @@ class DenseText:
             return
         if not self.closed:
             self._state = state
-            await asyncio.to_thread(follower.loaded, row)
+            await off_loop(follower.loaded, row)
 
     def _load_published(self, folder: Path) -> tuple[VectorIndex, Passages]:
         assert self.model is not None

@@ -42,6 +42,7 @@ from imagesvc.search.ranking import GalleryTable, Query, Ranked, TextScores, cha
 from imagesvc.search.snapshot import BUILD_ERRORS, SearchSnapshot, Stamps, build_snapshot, index_stamp
 from imagesvc.search.spelling import Vocabulary
 from imagesvc.search.text import KeywordHits, ids_of_rowids, keyword_hits, matching_ids
+from imagesvc.search.threads import off_loop
 
 __all__ = ["Scored", "SearchEngine", "engine_for"]
 
@@ -210,7 +211,7 @@ class SearchEngine:
         try:
             if old is not None and stamps.index == old.stamps.index:  # the catalog moved, the vectors did not
                 try:
-                    snap = await asyncio.to_thread(self._updated, old, stamps, self._generation)
+                    snap = await off_loop(self._updated, old, stamps, self._generation)
                 except BUILD_ERRORS as exc:  # read whole below, which reports what still fails
                     log.warning("gallery table update failed, reading it whole: %s: %s", type(exc).__name__, exc)
                     snap = None
@@ -221,7 +222,7 @@ class SearchEngine:
                     return snap
             folder, fresh, read = await self._clip_source(stamps)
             try:
-                snap = await asyncio.to_thread(build_snapshot, self.catalog, folder, key, read, self._generation)
+                snap = await off_loop(build_snapshot, self.catalog, folder, key, read, self._generation)
                 self.table_reads += 1
             except BUILD_ERRORS as exc:
                 if fresh is None:
@@ -229,11 +230,11 @@ class SearchEngine:
                 follower = self.followers["clip"]
                 follower.refuse(fresh, exc)  # a published file that will not load: keep the old one
                 folder, fresh, read = self._clip_dir, None, replace(stamps, index=follower.digest or 0)
-                snap = await asyncio.to_thread(build_snapshot, self.catalog, folder, key, read, self._generation)
+                snap = await off_loop(build_snapshot, self.catalog, folder, key, read, self._generation)
                 self.table_reads += 1
             if fresh is not None:
                 self._clip_dir = folder
-                await asyncio.to_thread(self.followers["clip"].loaded, fresh)
+                await off_loop(self.followers["clip"].loaded, fresh)
         except BUILD_ERRORS as exc:
             self._failed = (stamps, f"{type(exc).__name__}: {exc}")
             serving = f"generation {self._snap.generation}" if self._snap else "nothing"
@@ -403,7 +404,7 @@ class SearchEngine:
             return
 
         async def carried() -> Vocabulary:
-            return await asyncio.to_thread(self._follow_books, await asyncio.shield(job))
+            return await off_loop(self._follow_books, await asyncio.shield(job))
 
         task = new.derived["vocabulary"] = asyncio.ensure_future(carried())
         task.add_done_callback(_seen)  # a failure is the next text query's to report (it reads the whole again)
@@ -460,13 +461,13 @@ class SearchEngine:
         # Scans, keyword queries, model and numpy work go to worker threads.
         snap = await self.snapshot()
         if not (q.text and q.like is None):
-            ranked = await asyncio.to_thread(self._run, snap, q, None)
+            ranked = await off_loop(self._run, snap, q, None)
             return Scored(snap.table, ranked, snap.generation, signals=self.signals(snap))
         use_dense = await self.dense_ready()
         fixes: dict[str, str] = {}
         if use_dense and self.text_model is not None:  # spelling needs the model's dictionary
             vocabulary = await self.vocabulary(snap)
-            text, fixes = await asyncio.to_thread(  # in the thread: the first Latin query reads the dictionary (~1 s)
+            text, fixes = await off_loop(  # in the thread: the first Latin query reads the dictionary (~1 s)
                 lambda text: vocabulary.correct(text, self._spelt_right(text)), q.text
             )
             q = replace(q, text=text)
@@ -505,7 +506,7 @@ class SearchEngine:
             read = self.text_model.gloss(text) if self.text_model is not None else None  # as the vector read it
             return ranked, dense, shown, read
 
-        ranked, dense, fts, read = await asyncio.to_thread(work)
+        ranked, dense, fts, read = await off_loop(work)
         signals = [s for s in self.signals(snap) if s != "dense-text" or use_dense]
         return Scored(snap.table, ranked, snap.generation, fts, dense, signals, fixes, read)
 

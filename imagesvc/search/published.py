@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from imagesvc.errors import ImagesvcError, Unavailable
+from imagesvc.search.threads import off_loop
 from imagesvc.storage import ObjectNotFound, ObjectStore, file_transfers
 
 __all__ = [
@@ -124,7 +125,7 @@ async def publish(
     names = local_files(kind, data_dir)
     if names is None:
         return None
-    sums = {name: await asyncio.to_thread(_sha256, Path(data_dir) / name) for name in names}
+    sums = {name: await off_loop(_sha256, Path(data_dir) / name) for name in names}
     manifest = {
         "format": FORMAT,
         "kind": kind,
@@ -198,13 +199,13 @@ async def fetch(store: ObjectStore, row: dict[str, Any], root: Path) -> Path:
     final = Path(root) / kind / digest
     if (final / "manifest.json").exists():
         try:
-            await asyncio.to_thread(verify_cached, final, kind, digest)
+            await off_loop(verify_cached, final, kind, digest)
             return final
         except (IndexCorrupt, OSError, ValueError, KeyError, TypeError) as exc:  # altered, cut, or being replaced
             why = exc.message if isinstance(exc, IndexCorrupt) else f"{type(exc).__name__}: {exc}"
             log.error("the cached copy of the published %s index sha256:%s is refused, fetched again: %s",
                       kind, digest[:12], why)  # fmt: skip
-            await asyncio.to_thread(shutil.rmtree, final, ignore_errors=True)
+            await off_loop(shutil.rmtree, final, ignore_errors=True)
     body = (await store.get(row["object_key"])).data
     if hashlib.sha256(body).hexdigest() != digest:
         raise IndexCorrupt(f"The manifest of the published {kind} index does not match sha256:{digest}.")
@@ -221,9 +222,9 @@ async def fetch(store: ObjectStore, row: dict[str, Any], root: Path) -> Path:
                 raise IndexCorrupt(
                     f"File {name!r} of the published {kind} index sha256:{digest[:12]} does not match its manifest."
                 )
-        await asyncio.to_thread(_settle, tmp, final, body)
+        await off_loop(_settle, tmp, final, body)
     except BaseException:
-        await asyncio.shield(asyncio.to_thread(shutil.rmtree, tmp, ignore_errors=True))
+        await asyncio.shield(off_loop(shutil.rmtree, tmp, ignore_errors=True))
         raise
     return final
 
@@ -278,6 +279,6 @@ async def seed_local(catalog: Any, store: ObjectStore, kind: str, data_dir: Path
     target.mkdir(parents=True, exist_ok=True)
     names = sorted((source / FOLDERS[kind]).iterdir(), key=lambda p: p.name == "current.json")  # the pointer last
     for path in names:
-        await asyncio.to_thread(shutil.copyfile, path, target / path.name)
+        await off_loop(shutil.copyfile, path, target / path.name)
     log.info("%s index: seeded from the published sha256:%s", kind, row["digest"][:12])
     return True

@@ -22,6 +22,7 @@ import numpy as np
 from imagesvc.catalog.reader import reader
 from imagesvc.search.page_cuts import prepared
 from imagesvc.search.ranking import GalleryTable
+from imagesvc.search.threads import off_loop
 from imagesvc.search.vectors import VectorIndex, load_index
 
 __all__ = ["BUILD_ERRORS", "SearchSnapshot", "Stamps", "build_snapshot", "index_stamp"]
@@ -71,7 +72,7 @@ class SearchSnapshot:
         """``build()``'s result for this snapshot, computed once in a worker thread; concurrent callers share it."""
         job = self.derived.get(name)
         if job is None:
-            job = self.derived[name] = asyncio.ensure_future(asyncio.to_thread(build))
+            job = self.derived[name] = asyncio.ensure_future(off_loop(build))
         try:
             return await asyncio.shield(job)
         except BaseException:
