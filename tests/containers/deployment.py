@@ -108,7 +108,11 @@ class Deployment:
         raw = yaml.safe_load(COMPOSE.read_text())
         subnet = ipaddress.ip_network(raw["networks"]["imagesvc"]["ipam"]["config"][0]["subnet"])
         self.subnet = str(subnet)
+        # podman hands out addresses after the last one it gave on a network of that name, across removals, so a
+        # fixed address inside its range is taken sooner or later: dynamic ones come from the upper half only.
+        self.dynamic_range = str(list(subnet.subnets())[1])
         self.proxy_ip = str(subnet.network_address + 80)
+        assert ipaddress.ip_address(self.proxy_ip) not in ipaddress.ip_network(self.dynamic_range)
         env = self.secrets | {
             "IMAGESVC_SOURCES": str(self.sources),
             "IMAGESVC_PUBLIC_URL": f"http://{self.proxy_ip}",
@@ -153,7 +157,7 @@ class Deployment:
     def up(self) -> None:
         """Start everything and wait until each part answers; a second ``up`` starts afresh."""
         self.down()
-        podman("network", "create", "--subnet", self.subnet, self.project)
+        podman("network", "create", "--subnet", self.subnet, "--ip-range", self.dynamic_range, self.project)
         self._run("postgres", DEPS_IMAGE, ["/usr/local/bin/postgres-entrypoint.sh"])
         self._run("redis", DEPS_IMAGE, [*self.services["redis"]["command"], "--protected-mode", "no"], "-w", "/data")
         self._run("minio", DEPS_IMAGE, ["/opt/moto/bin/moto_server", "-H", "0.0.0.0", "-p", "9000"])
