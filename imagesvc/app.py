@@ -28,7 +28,6 @@ from imagesvc.web.middleware import (
     error_middleware,
     on_prepare,
 )
-from imagesvc.web.protocol import Application
 from imagesvc.web.routes import add_routes
 
 __all__ = ["build_app", "build_serving_app"]
@@ -44,10 +43,11 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
     # observe is outermost so it sees every final status; rejections sits inside error to see 429s as errors;
     # html_error renders the errors of pages for people (the JSON shape stays for everything else); body_deadline
     # counts a body's read deadline from before the caller is identified, and its 408 is rendered by the two above.
-    # Application: aiohttp's, with errors its HTTP protocol answers itself (oversized lines, unparseable requests) in
-    # the JSON error shape too (web/protocol.py).
+    # Requests aiohttp's HTTP protocol cannot read (a line or header over 8,190 bytes, broken framing) never reach a
+    # middleware: aiohttp answers them with a plain-text 400; the proxy in front answers them in the JSON shape
+    # (docker/nginx.conf, docs/operations.md).
     metrics = Metrics(settings.data_dir)
-    app = Application(
+    app = web.Application(
         middlewares=[
             observe_middleware,
             cors_middleware,
@@ -57,7 +57,6 @@ def build_app(settings: Settings, *, resolver: Resolver | None = None) -> web.Ap
             rejections_middleware,
             access_middleware,
         ],
-        handler_args={"metrics": metrics},
         client_max_size=MAX_BODY_BYTES,
     )
     app[METRICS] = metrics

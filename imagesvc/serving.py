@@ -33,10 +33,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagesvc.errors import Unavailable
 from imagesvc.settings import Settings
+
+if TYPE_CHECKING:
+    from aiohttp.web_protocol import RequestHandler
 
 __all__ = ["BOOT_RETRY_SECONDS", "serve", "tune_malloc"]
 
@@ -89,6 +92,15 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
+def _requests_read(conn: RequestHandler) -> int:
+    """How many requests ``conn`` has parsed: aiohttp keeps that count only in a private slot (``_request_count``).
+
+    tests/http/test_aiohttp_private.py fails when a release drops or renames it; until then such a release makes this
+    1 for every connection, which is aiohttp's own behaviour (no connection waited for).
+    """
+    return int(getattr(conn, "_request_count", 1))
+
+
 async def _first_requests(server: Any, grace: float) -> None:
     """Wait (at most ``grace`` seconds) until every open connection has sent its first request head.
 
@@ -98,9 +110,8 @@ async def _first_requests(server: Any, grace: float) -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
     await asyncio.sleep(ACCEPT_SETTLE)
-    # aiohttp counts the requests a connection parsed only in a private field; a connection that has none
-    # yet would be taken for an idle keep-alive one and closed unanswered.
-    while any(getattr(conn, "_request_count", 1) == 0 for conn in server.connections):
+    # A connection that has sent no request yet would be taken for an idle keep-alive one and closed unanswered.
+    while any(_requests_read(conn) == 0 for conn in server.connections):
         if loop.time() - started >= grace:
             return
         await asyncio.sleep(0.02)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -108,6 +109,40 @@ def test_both_nodes_answer_at_every_door(deployment: Deployment) -> None:
         assert deployment.healthy(node), deployment.logs(node)  # compose's own health check of the node: readiness
     status, _, body = _get(f"http://{deployment.proxy_ip}/api/books")  # the proxy in front of both nodes
     assert status == 200 and BOOK in body.decode(), (status, body[:500])
+
+
+def _raw(host: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as it is to ``host``:80; the status, headers (lower-case names) and body of the answer."""
+    with socket.create_connection((host, 80), timeout=ANSWER_BOUND_S) as conn:
+        conn.sendall(request)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "expected"),
+    [
+        (b"GET /api/books?q=" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+        (b"GET /api/books HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 9000 + b"\r\n\r\n", 400),
+        (b"GET /api/books HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n", 400),
+    ],
+    ids=["oversized-line", "oversized-header", "broken-framing"],
+)
+def test_the_proxy_answers_unreadable_requests_in_the_json_error_shape(
+    deployment: Deployment, request_bytes: bytes, expected: int
+) -> None:
+    """What no node's HTTP parser can read is answered by the proxy, in the one JSON error shape with CORS."""
+    status, headers, body = _raw(deployment.proxy_ip, request_bytes)
+    assert status == expected, (status, headers, body[:300])
+    assert headers["content-type"].startswith("application/json"), headers
+    assert headers["access-control-allow-origin"] == "*"
+    error = json.loads(body)
+    assert error["error"] == "invalid_request" and error["message"] and isinstance(error["recovery"], list), error
 
 
 def _timed(url: str) -> tuple[int | None, float]:

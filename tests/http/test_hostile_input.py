@@ -1,7 +1,9 @@
-"""Hostile input against a real server on a socket: nothing makes a 500, and every error is the one JSON shape.
+"""Hostile input against a real server on a socket: nothing makes a 500, and every error a route answers is the one
+JSON shape.
 
 Some of these requests never reach a route (an oversized line or body, a malformed request): they are sent over raw
-sockets so that no client library tidies them up first.
+sockets so that no client library tidies them up first. Those aiohttp cannot parse get its own plain 400; the proxy
+answers them in the JSON shape in a deployment (tests/containers).
 """
 
 from __future__ import annotations
@@ -56,25 +58,29 @@ def assert_error_shape(status: int, headers: dict[str, str], body: bytes, expect
     return error
 
 
-async def test_an_oversized_request_line_is_a_json_400_with_cors(server: TestServer) -> None:
+async def assert_refused_and_still_serving(server: TestServer, request: bytes) -> None:
+    """A request aiohttp's protocol cannot read is aiohttp's own plain 400 ( the
+    proxy in front answers these in the JSON shape, tests/containers), never a 500, and the next request is served."""
+    status, headers, _ = await raw_http(server, request)
+    assert status == 400, headers
+    async with aiohttp.ClientSession() as http, http.get(server.make_url("/api/books")) as resp:
+        assert resp.status == 200
+
+
+async def test_an_oversized_request_line_is_a_400_and_the_node_serves_on(server: TestServer) -> None:
     path = "/api/books?q=" + "a" * 9000
-    status, headers, body = await raw_http(server, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    error = assert_error_shape(status, headers, body, 400)
-    assert error["error"] == "invalid_request"
-    assert "x-request-id" in headers
-    async with aiohttp.ClientSession() as http, http.get(server.make_url("/metrics")) as resp:
-        metrics = await resp.text()
-    assert 'imagesvc_http_requests_total{method="-",route="unparsed",status="400"} 1.0' in metrics
+    await assert_refused_and_still_serving(server, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
 
 
-async def test_an_oversized_header_is_a_json_400_with_cors(server: TestServer) -> None:
+async def test_an_oversized_header_is_a_400_and_the_node_serves_on(server: TestServer) -> None:
     request = f"GET /api/books HTTP/1.1\r\nHost: x\r\nX-Big: {'b' * 9000}\r\n\r\n".encode()
-    assert_error_shape(*await raw_http(server, request), 400)
+    await assert_refused_and_still_serving(server, request)
 
 
-async def test_a_malformed_request_is_a_json_400(server: TestServer) -> None:
-    request = b"GET /api/books HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n"
-    assert_error_shape(*await raw_http(server, request), 400)
+async def test_a_malformed_request_is_a_400_and_the_node_serves_on(server: TestServer) -> None:
+    await assert_refused_and_still_serving(
+        server, b"GET /api/books HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n"
+    )
 
 
 async def test_a_body_over_the_limit_is_a_413_json_rpc_error_with_cors(server: TestServer) -> None:
