@@ -32,7 +32,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 test: $(STAMP) system-deps lint
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --durations=30
 
 bench: $(STAMP) system-deps
 	$(VENV)/bin/python benchmarks/tiers.py
