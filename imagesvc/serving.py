@@ -153,8 +153,21 @@ def _leave(code: int) -> None:
     os._exit(code)
 
 
-def _gunicorn_application(settings: Settings, workers: int, multiproc_dir: str) -> Any:
-    """The gunicorn application (master and workers) for ``settings``."""
+def listen_any_port(host: str) -> socket.socket:
+    """A listening socket on ``host`` at a port the system picks (``IMAGESVC_PORT=0``), inherited by every worker."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _gunicorn_application(
+    settings: Settings, workers: int, multiproc_dir: str, listener: socket.socket | None = None
+) -> Any:
+    """The gunicorn application (master and workers) for ``settings``; on ``listener`` when one is given."""
     from aiohttp import web
     from aiohttp.worker import GunicornWebWorker
     from gunicorn.app.base import BaseApplication
@@ -259,8 +272,9 @@ def _gunicorn_application(settings: Settings, workers: int, multiproc_dir: str) 
             keepalive_timeout=settings.idle_timeout,  # also bounds a request head that never finishes arriving
         )
 
+    address = f"[{settings.host}]:{settings.port}" if ":" in settings.host else f"{settings.host}:{settings.port}"
     options: dict[str, Any] = {
-        "bind": f"[{settings.host}]:{settings.port}" if ":" in settings.host else f"{settings.host}:{settings.port}",
+        "bind": f"fd://{listener.fileno()}" if listener is not None else address,
         "workers": workers,
         "worker_class": Worker,
         "graceful_timeout": settings.shutdown_timeout,
@@ -286,14 +300,14 @@ def _gunicorn_application(settings: Settings, workers: int, multiproc_dir: str) 
     return Application()
 
 
-def _serve_workers(settings: Settings, workers: int) -> int:
+def _serve_workers(settings: Settings, workers: int, listener: socket.socket | None) -> int:
     """``workers`` processes under gunicorn's master; its exit code."""
     master = os.getpid()
     multiproc_dir = tempfile.mkdtemp(prefix="imagesvc-metrics-")
     # Every worker's metrics go to files here (read before any metric exists: see observability.Metrics).
     os.environ[MULTIPROC_ENV] = multiproc_dir
     try:
-        _gunicorn_application(settings, workers, multiproc_dir).run()
+        _gunicorn_application(settings, workers, multiproc_dir, listener).run()
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
@@ -307,8 +321,14 @@ def _serve_workers(settings: Settings, workers: int) -> int:
 
 
 def serve(settings: Settings, workers: int) -> int:
-    """Serve with ``workers`` processes under one master; returns the exit code (the process ends with it)."""
-    where = f"http://{settings.host}:{settings.port}"
+    """Serve with ``workers`` processes under one master; returns the exit code (the process ends with it).
+
+    With port 0 the system picks a free port, bound here before anything else: the first line on standard error
+    names it, so a caller (a test, a supervisor) asks for its port instead of guessing a free one.
+    """
+    listener = listen_any_port(settings.host) if settings.port == 0 else None
+    port = listener.getsockname()[1] if listener is not None else settings.port
+    where = f"http://[{settings.host}]:{port}" if ":" in settings.host else f"http://{settings.host}:{port}"
     print(f"imagesvc serving on {where} (storage: {settings.storage}, {workers} workers)", file=sys.stderr)
     # Make the local signing CA, and create or migrate the catalog, once here: not in N racing workers (two workers
     # creating one catalog's tables at once made one fail to start).
@@ -322,7 +342,7 @@ def serve(settings: Settings, workers: int) -> int:
         open_catalog(settings).close()  # the configured backend: a PostgreSQL node keeps no SQLite catalog
     except Unavailable as exc:  # the database is down or hung: start anyway; each worker migrates on first reach
         log.warning("starting without the catalog database (503 on catalog routes until it answers): %s", exc.message)
-    code = _serve_workers(settings, workers)
+    code = _serve_workers(settings, workers, listener)
     log.info("stopped")
     _leave(code)
     return code  # not reached

@@ -131,7 +131,11 @@ class Settings:
 
     data_dir: Path = _opt(Path("./data"), "Folder for the catalog, the local object store and access state.", Path)
     host: str = _opt("127.0.0.1", "Address the HTTP server binds to.", str)
-    port: int = _opt(8080, "Port the HTTP server listens on.", _port)
+    port: int = _opt(
+        8080,
+        "Port the HTTP server listens on; 0 lets the system pick one, named in the first line `imagesvc serve` writes to standard error.",
+        _port,
+    )
     site_url: str = _opt("", "Public site address used in citation URLs (empty: http://HOST:PORT).", _url)
     base_path: str = _opt(
         "/api",

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
+import select
 import shutil
 import socket
 import subprocess
@@ -29,6 +31,7 @@ __all__ = [
     "descendants",
     "free_port",
     "parents",
+    "serving_url",
     "start_ceph_rgw",
     "start_moto",
     "start_postgres",
@@ -99,6 +102,28 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, *, timeout:
             pass
         time.sleep(0.1)
     raise RuntimeError(f"{url} was not healthy within {timeout:.0f} s")
+
+
+SERVING_LINE = re.compile(r"imagesvc serving on (http://\S+)")
+
+
+def serving_url(proc: subprocess.Popen[str], *, timeout: float = 60.0) -> str:
+    """The base URL an ``imagesvc serve`` started with ``IMAGESVC_PORT=0`` and ``stderr=PIPE`` (text) names in its
+    first line: the port the system picked, asked of the server rather than guessed. Lines before it are skipped."""
+    assert proc.stderr is not None, "start the server with stderr=subprocess.PIPE, text=True"
+    deadline = time.monotonic() + timeout
+    seen: list[str] = []
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([proc.stderr], [], [], left)
+        if not ready:
+            break
+        line = proc.stderr.readline()
+        if not line:  # the process ended before it said where it serves
+            break
+        if match := SERVING_LINE.search(line):
+            return match.group(1)
+        seen.append(line)
+    raise ServerUnavailable(f"imagesvc serve named no address within {timeout:.0f} s: {''.join(seen)[-2000:]}")
 
 
 def free_port() -> int:

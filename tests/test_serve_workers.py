@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.library import copy_library
-from tests.servers import PostgresServer, create_database, descendants, free_port, parents
+from tests.servers import PostgresServer, create_database, descendants, parents, serving_url
 from tests.test_faults import Redis
 
 PAGE = "/api/image?book=demo-speculum-fornacum&page=2&tier=thumb"
@@ -83,13 +83,13 @@ def serve(data_dir: Path) -> Iterator[Any]:
     procs: list[subprocess.Popen[str]] = []
 
     def start(workers: int, *, wait: bool = True, **env: str) -> tuple[subprocess.Popen[str], int]:
-        port = free_port()
         environ = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
-        environ |= {"IMAGESVC_DATA_DIR": str(data_dir), "IMAGESVC_PORT": str(port), "IMAGESVC_SHUTDOWN_TIMEOUT": "5"}
+        environ |= {"IMAGESVC_DATA_DIR": str(data_dir), "IMAGESVC_PORT": "0", "IMAGESVC_SHUTDOWN_TIMEOUT": "5"}
         environ |= {k if k.isupper() else f"IMAGESVC_{k.upper()}": v for k, v in env.items()}
         cmd = [sys.executable, "-m", "imagesvc.cli", "serve", "--workers", str(workers)]
         proc = subprocess.Popen(cmd, env=environ, stderr=subprocess.PIPE, text=True)
         procs.append(proc)
+        port = int(serving_url(proc).rsplit(":", 1)[1])
         if not wait:
             return proc, port
         deadline = time.monotonic() + 60
