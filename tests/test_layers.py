@@ -1,4 +1,4 @@
-"""Layers (DESIGN.md, rule 3), checked by import-linter against the contracts in pyproject.toml: entry points, then
+"""Layers (docs/architecture.md), checked by import-linter against the contracts in pyproject.toml: entry points, then
 the app's wiring, then the doors (web, pages), then everything else, which never imports the layers above it.
 
 import-linter reads every import of every module (relative ones and those inside functions included). Every module and

@@ -27,9 +27,9 @@ def test_a_rolled_back_book_write_leaves_no_hole_in_the_feed(backend: Backend) -
 
 
 def test_the_log_only_grows_at_its_end_while_two_ingesters_write(backend: Backend) -> None:
-    """Two ingesters share a PostgreSQL catalog (DESIGN.md): one slow book, one fast. A harvester that read the feed
-    while the slow one was still writing must find every later activity after what it read (IIIF Change Discovery:
-    it walks back from the end to the last activity it processed)."""
+    """Two ingesters share a PostgreSQL catalog (docs/architecture.md): one slow book, one fast. A harvester that read
+    the feed while the slow one was still writing must find every later activity after what it read (IIIF Change
+    Discovery: it walks back from the end to the last activity it processed)."""
     if backend.dialect == "sqlite":
         pytest.skip("SQLite has one writer at a time: a change's number is its commit order")
     slow, fast = backend.open(), backend.open()

@@ -1,4 +1,4 @@
-"""Every door is metered the same way (DESIGN.md rule 7), checked door by door.
+"""Every door is metered the same way (docs/architecture.md, rule 7), checked door by door.
 
 The doors are enumerated from the route table (``imagesvc.web.routes.ROUTES``) and the tool registry
 (``imagesvc.tools.load_all()``), and each is classified below. For every door: (a) with the caller's pools spent,

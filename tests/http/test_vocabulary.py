@@ -1,4 +1,4 @@
-"""One name per concept: every tool's answer on the demo library, walked key by key, against README's Vocabulary."""
+"""One name per concept: every tool's answer on the demo library, walked key by key, against docs/api.md's table."""
 
 from __future__ import annotations
 
