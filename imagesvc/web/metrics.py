@@ -44,6 +44,7 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
     token = bind_request_id(lambda: request.get(REQUEST_ID, "-"))
     registry.in_flight.inc()
     status = 500
+    response: web.StreamResponse | None = None
     try:
         response = await handler(request)
         status = response.status
@@ -54,10 +55,17 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
     except web.HTTPException as exc:
         status = exc.status
         raise
-    except (asyncio.CancelledError, ConnectionError):
-        # The client went away before its answer was out: not a fault of the service, so no traceback and no 500.
+    except asyncio.CancelledError:
         status = CLIENT_CLOSED
         raise
+    except ConnectionError:
+        # The client went away before its answer was out: not a fault of the service, so no traceback and no 500.
+        status = CLIENT_CLOSED
+        if request.transport is not None and not request.transport.is_closing():
+            raise  # the connection is fine: whatever failed is a fault, answered and logged as one
+        # Returned, not raised: aiohttp logs a handler's exception as an error, while its own write of a response to a
+        # closed connection is a quiet end of the connection.
+        return response if response is not None else web.Response(status=CLIENT_CLOSED)
     finally:
         elapsed = time.perf_counter() - started
         registry.in_flight.dec()
