@@ -2,7 +2,8 @@
 (or withdraws) one book, until its gallery table and the spelling vocabulary of the default text model are current.
 
 A SQLite catalog of ``--illustrations`` illustrations (~13 a book, descriptions of ~30 words drawn Zipf-like from
-pyspellchecker's 30,000 commonest English words, each with one invented name) is written once into DATA_DIR and
+pyspellchecker's 30,000 commonest English words, each with one invented name; a 64-bit pHash each, one in ten a few
+bits from an earlier one, so that near-duplicate groups exist and move) is written once into DATA_DIR and
 reused. One engine reads it whole (table and vocabulary: the reference, what every change cost before), then for
 each of ``--changes`` changes (a new book, or a book withdrawn) another connection writes it, and the engine's next
 snapshot and vocabulary are timed in CPU (the process's, threads included: the work runs in worker threads).
@@ -43,9 +44,21 @@ class Descriptions:
         self.words = [word for word, _ in sorted(counts, key=lambda c: -c[1])[:30_000] if word.isalpha()]
         self.weights = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(self.words))))
         self.rng = random.Random(seed)
+        self.hashes: list[int] = []
 
     def name(self) -> str:
         return "".join(self.rng.choices("abcdefghijklmnopqrstuvwxyz", k=self.rng.randint(5, 10)))
+
+    def phash(self) -> str:
+        """A 64-bit perceptual hash; one in ten a few bits from an earlier one (a near duplicate: a group)."""
+        if self.hashes and self.rng.random() < 0.1:
+            value = self.rng.choice(self.hashes)
+            for bit in self.rng.sample(range(64), self.rng.randint(1, 4)):
+                value ^= 1 << bit
+        else:
+            value = self.rng.getrandbits(64)
+        self.hashes.append(value)
+        return f"{value:016x}"
 
     def text(self, words: int) -> str:
         drawn = self.rng.choices(self.words, cum_weights=self.weights, k=words)
@@ -92,6 +105,7 @@ def book_rows(n: int, made: Descriptions, count: int = PER_BOOK) -> tuple[dict[s
             "museum_description": made.text(20) if made.rng.random() < 0.2 else None,
             "subjects": subjects,
             "symbols": [made.name()] if made.rng.random() < 0.3 else [],
+            "phash": made.phash(),
         }
         rows.append((page, {}, [illustration]))
     return book, rows
@@ -118,6 +132,11 @@ def generate(path: Path, illustrations: int, seed: int) -> Catalog:
             write_book(catalog, n, made)
             if n % 1000 == 0:
                 print(f"book {n}/{books}, {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+    missing = catalog.tuples("SELECT id FROM illustrations WHERE phash IS NULL ORDER BY id")
+    if missing:  # a catalog written before the benchmark gave every illustration a pHash, as a real library has
+        made = Descriptions(seed + 2)
+        with catalog.transaction() as conn:
+            conn.executemany("UPDATE illustrations SET phash = ? WHERE id = ?", [(made.phash(), r[0]) for r in missing])
     return catalog
 
 
@@ -144,19 +163,29 @@ async def measure(data_dir: Path, illustrations: int, changes: int, seed: int) -
     if hasattr(engine, "_follow_books"):  # before: every change read the vocabulary whole
         engine._follow_books = timed(engine._follow_books)  # type: ignore[method-assign]
 
+    passages: list[str] = []  # a dense index's ids: three passages an illustration, as the default model embeds
+    dense_ms: list[float] = []
+
     async def current() -> tuple[float, float]:
-        """CPU ms of the whole change (the process's, every thread), and of the vocabulary's part of it."""
+        """CPU ms of the whole change (the process's, every thread), and of the vocabulary's part of it; and, apart,
+        of the first text query's mapping of the dense index's passages to the new table's rows."""
         spent.clear()
         cpu = time.process_time()
         snap = await engine.snapshot()
         await snap.derive("vocabulary", engine._vocabulary)
         total = (time.process_time() - cpu) * 1000
         words = sum(spent) * 1000
+        if not passages:
+            passages.extend(iid for iid in snap.table.ids for _ in range(3))
+        cpu = time.process_time()
+        engine._dense_rows(snap.table, passages)
+        dense_ms.append((time.process_time() - cpu) * 1000)
         return total - words, words
 
     table, vocabulary = await current()
     count = len(engine.current.table)  # type: ignore[union-attr]
     print(f"{count} illustrations; read whole: table {table:.0f} ms CPU, vocabulary {vocabulary:.0f} ms CPU")
+    print(f"dense rows of {len(passages)} passages, first mapping: {dense_ms[0]:.0f} ms CPU")
     made = Descriptions(seed + 1)
     base = int(catalog.scalar("SELECT count(*) FROM books") or 0) + 10_000_000
     added: list[tuple[float, float]] = []
@@ -177,6 +206,11 @@ async def measure(data_dir: Path, illustrations: int, changes: int, seed: int) -
             f"({max(tables):.1f}), vocabulary {statistics.median(words):.1f} ({max(words):.1f}), "
             f"together {statistics.median(totals):.1f} ({max(totals):.1f})"
         )
+    after = dense_ms[1:]
+    print(
+        f"dense rows after a change: CPU ms, median (max) {statistics.median(after):.1f} ({max(after):.1f}) "
+        "(the first text query's, not in the figures above)"
+    )
     status = engine.status()["gallery_table"]
     print(f"engine: {status}")
     engine.close()

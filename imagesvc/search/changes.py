@@ -11,13 +11,15 @@ it. Blocking: run it in a worker thread.
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from imagesvc.search.duplicates import groups_of_values
+from imagesvc.search.duplicates import groups_of_values, regrouped
 from imagesvc.search.ranking import GalleryTable, changes_seq, table_sql
 
 __all__ = ["MAX_BOOKS", "changed_books", "splice", "updated_table"]
@@ -61,18 +63,50 @@ def updated_table(
     return out
 
 
-def _gather(old: np.ndarray, new: np.ndarray, src: np.ndarray, is_old: np.ndarray) -> np.ndarray:
-    out = np.empty(len(src), old.dtype)
-    out[is_old] = old[src[is_old]]
-    out[~is_old] = new[-1 - src[~is_old]]
+def _spliced(old: list[str], kept: np.ndarray, at: np.ndarray, fresh: list[str]) -> list[str]:
+    """``old``'s items at the ``kept`` rows (sorted) with ``fresh[j]`` inserted before kept position ``at[j]`` (sorted):
+    the same list as ``np.insert(old[kept], at, fresh)``, made of slices of ``old``, since kept rows come in runs (a
+    book's rows are contiguous), so the Python work is in proportion to the runs, not to the rows."""
+    cuts = np.union1d(np.flatnonzero(np.diff(kept) != 1) + 1, at)
+    cuts = np.union1d(cuts, [0, len(kept)]).tolist()
+    places = at.tolist()
+    out: list[str] = []
+    j = 0
+    for a, b in itertools.pairwise(cuts):
+        while j < len(places) and places[j] == a:
+            out.append(fresh[j])
+            j += 1
+        if b > a:
+            out += old[int(kept[a]) : int(kept[b - 1]) + 1]
+    out += fresh[j:]  # those placed after the last kept row
     return out
+
+
+def _groups(
+    old: GalleryTable,
+    kept: np.ndarray,
+    carried: np.ndarray,
+    values: np.ndarray,
+    present: np.ndarray,
+    bits: int,
+    fresh_at: np.ndarray,
+) -> np.ndarray:
+    """The new table's near-duplicate groups: made again where the change reaches (``duplicates.regrouped``)."""
+    gone = np.ones(len(old), bool)
+    gone[kept] = False
+    lost = np.unique(old.group[gone])
+    again = regrouped(carried, values, present, bits, fresh_at, lost[lost >= 0])
+    return again if again is not None else groups_of_values(values, present, bits)
 
 
 def splice(
     old: GalleryTable, changed: list[str], fresh: GalleryTable, vector_row: Callable[[str], int | None] | None = None
 ) -> GalleryTable:
     """``old`` with every row of the ``changed`` books (sorted ids) replaced by ``fresh``'s (those books' rows as
-    they are now, in catalog order; a book with none is gone)."""
+    they are now, in catalog order; a book with none is gone).
+
+    Columns are gathered and inserted whole (numpy), and the look-ups follow the moved rows (``table_index``): the
+    Python work is in proportion to the changed books, not to the table."""
     code_of = {b: i for i, b in enumerate(old.book_ids)}
     keep_book = np.ones(len(old.book_ids), bool)
     keep_book[[code_of[b] for b in changed if b in code_of]] = False
@@ -82,8 +116,18 @@ def splice(
     before = np.r_[0, np.cumsum(counts)]  # kept rows before the k-th kept book
     # Each fresh book's rows go where its id sorts among the kept books (book ids order the table first).
     offset = np.array([before[bisect_left(kept_books, b)] for b in fresh.book_ids], np.int64)
-    src = np.insert(kept, offset[fresh.book] if len(fresh) else np.zeros(0, np.int64), -1 - np.arange(len(fresh)))
-    is_old = src >= 0
+    at = offset[fresh.book] if len(fresh) else np.zeros(0, np.int64)  # each fresh row's place among the kept rows
+    assert not len(at) or bool((np.diff(at) >= 0).all()), "fresh rows come in catalog order"
+
+    def column(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.insert(a[kept], at, b)
+
+    size = len(kept) + len(fresh)
+    fresh_at = at + np.arange(len(fresh), dtype=np.int64)  # fresh row j's new row (np.insert's placement)
+    old_at = np.full(len(old), -1, np.int64)  # each old row's new row (-1: replaced)
+    is_fresh = np.zeros(size, bool)
+    is_fresh[fresh_at] = True
+    old_at[kept] = np.flatnonzero(~is_fresh)
 
     book_ids = sorted(kept_books + fresh.book_ids)
     code = {b: i for i, b in enumerate(book_ids)}
@@ -97,42 +141,33 @@ def splice(
             types.append(t)
     fresh_type = np.array([type_code[t] for t in fresh.types], np.int32)
 
-    def column(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
-        return None if a is None or b is None else _gather(a, b, src, is_old)
-
+    assert old.phash is not None and fresh.phash is not None
+    assert old.phash_width is not None and fresh.phash_width is not None
     phash = column(old.phash, fresh.phash)
     width = column(old.phash_width, fresh.phash_width)
-    assert phash is not None and width is not None
     present = width > 0
     bits = min(int(width[present].max()), 64) if present.any() else 64
-    old_at = np.full(len(old), -1, np.int64)  # each old row's new row (-1: replaced)
-    old_at[src[is_old]] = np.flatnonzero(is_old)
-    fresh_at = np.flatnonzero(~is_old)  # fresh row j's new row
-    terms: dict[tuple[str, str], np.ndarray] = {}
-    for key, rows in old.terms.items():
-        moved = old_at[rows]
-        moved = moved[moved >= 0]
-        if len(moved):
-            terms[key] = moved
-    for key, rows in fresh.terms.items():
-        terms[key] = np.sort(np.concatenate([terms.get(key, np.zeros(0, np.int64)), fresh_at[rows]]))
     vec_row = None
     if old.vec_row is not None:
         look = vector_row or (lambda _iid: None)
         found = (look(iid) for iid in fresh.ids)
-        vec_row = _gather(old.vec_row, np.fromiter((-1 if r is None else r for r in found), np.int64), src, is_old)
-    return GalleryTable(
-        ids=[old.ids[s] if s >= 0 else fresh.ids[-1 - s] for s in src.tolist()],
-        book=_gather(old_code[old.book], fresh_code[fresh.book], src, is_old),
+        vec_row = column(old.vec_row, np.fromiter((-1 if r is None else r for r in found), np.int64, len(fresh)))
+    ids = _spliced(old.ids, kept, at, fresh.ids)
+    table = GalleryTable(
+        ids=ids,
+        book=column(old_code[old.book], fresh_code[fresh.book]),
         book_ids=book_ids,
-        type=_gather(old.type, fresh_type[fresh.type], src, is_old),
+        type=column(old.type, fresh_type[fresh.type]),
         types=types,
-        year=_gather(old.year, fresh.year, src, is_old),
-        live=_gather(old.live, fresh.live, src, is_old),
-        group=groups_of_values(phash, present, bits),
-        terms=terms,
+        year=column(old.year, fresh.year),
+        live=column(old.live, fresh.live),
+        group=_groups(old, kept, column(old.group, np.full(len(fresh), -1, np.int32)), phash, present, bits, fresh_at),
+        terms=old.terms.moved(old_at, fresh.terms, fresh_at),
         vec_row=vec_row,
-        rowid=column(old.rowid, fresh.rowid),
+        rowid=None if old.rowid is None or fresh.rowid is None else column(old.rowid, fresh.rowid),
         phash=phash,
         phash_width=width,
     )
+    table._row = old.row_index.moved(old_at, fresh.ids, fresh_at)
+    table._moved_from = (weakref.ref(old), old_at)
+    return table

@@ -13,9 +13,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["NEAR_DUPLICATE_BITS", "fold_groups", "groups_of_values", "near_duplicate_groups", "parse_hashes"]
+__all__ = [
+    "NEAR_DUPLICATE_BITS",
+    "REGROUP_MAX_NEW",
+    "fold_groups",
+    "groups_of_values",
+    "near_duplicate_groups",
+    "parse_hashes",
+    "regrouped",
+]
 
 NEAR_DUPLICATE_BITS = 4  # of 64: well inside what re-encoding or rescanning one picture moves a pHash
+# New distinct hashes past which ``regrouped`` gives up and the groups are made again whole: each costs one pass over
+# the table's hashes (~0.3 ms at 200,000), a whole grouping ~200 ms, so past ~500 the whole one is cheaper.
+REGROUP_MAX_NEW = 500
 
 
 def _bands(bits: int, count: int) -> list[tuple[int, int]]:
@@ -109,6 +120,46 @@ def groups_of_values(
     number[roots[np.argsort(first, kind="stable")]] = np.arange(len(roots), dtype=np.int32)
     group[rows[grouped]] = number[row_root[grouped]]
     return group
+
+
+def regrouped(
+    group: np.ndarray,
+    values: np.ndarray,
+    present: np.ndarray,
+    bits: int,
+    fresh: np.ndarray,
+    lost: np.ndarray,
+    max_distance: int = NEAR_DUPLICATE_BITS,
+) -> np.ndarray | None:
+    """The near-duplicate groups of a table whose rows changed, made again only where the change can reach; None
+    when more than ``REGROUP_MAX_NEW`` distinct hashes arrived (make them whole: ``groups_of_values``).
+
+    ``group``: each row's group before the change (-1 for the ``fresh`` rows and rows alone), ``values`` and
+    ``present`` the rows' hashes now, ``lost`` the groups that lost a member. A component the change cannot reach
+    stays as it was: a hash near a fresh one, or a member of a group that lost one, is pulled in with its whole group,
+    so the rows made again are closed under closeness. Their groups take the numbers they free first, then new ones.
+    The groups are those ``groups_of_values`` makes, numbered differently."""
+    new = np.unique(values[fresh[present[fresh]]])
+    if len(new) > REGROUP_MAX_NEW:
+        return None
+    near = np.zeros(len(values), bool)
+    near[fresh] = True
+    for value in new:
+        near |= present & (np.bitwise_count(values ^ value) <= max_distance)
+    reached = np.unique(group[near])
+    freed = np.union1d(reached[reached >= 0], lost)
+    near |= np.isin(group, freed)
+    rows = np.flatnonzero(near)
+    local = groups_of_values(values[rows], present[rows], bits, max_distance)
+    count = int(local.max()) + 1 if len(local) else 0
+    top = int(group.max()) + 1 if len(group) else 0
+    numbers = np.concatenate([freed, np.arange(top, top + max(count - len(freed), 0))]).astype(np.int32)
+    out = group.copy()
+    out[rows] = np.where(local >= 0, numbers[np.maximum(local, 0)] if count else -1, -1)
+    if len(out) and int(out.max()) >= len(out):  # numbers left unused by many changes: number the groups again
+        grouped = out >= 0
+        out[grouped] = np.unique(out[grouped], return_inverse=True)[1]
+    return out
 
 
 def fold_groups(group: np.ndarray, cand: np.ndarray, score: np.ndarray | None) -> tuple[np.ndarray, dict]:

@@ -349,9 +349,12 @@ class SearchEngine:
         """The table row of each illustration of the dense index (-1: one the table lacks), kept while the table and
         the index stay the ones it was worked out for."""
         known = self._rows_of_dense
-        if known is None or known[0] is not table or known[1] is not ids:
-            known = self._rows_of_dense = (table, ids, table.rows_of(ids, len(ids)))
-        return known[2]
+        if known is not None and known[0] is table and known[1] is ids:
+            return known[2]
+        followed = table.rows_following(known[0], known[2], ids) if known is not None and known[1] is ids else None
+        rows = followed if followed is not None else table.rows_of(ids, len(ids))
+        self._rows_of_dense = (table, ids, rows)
+        return rows
 
     async def excluded(self, terms: tuple[str, ...]) -> frozenset[str]:
         """Ids of illustrations whose text matches any of ``terms`` as keywords (negative query terms)."""

@@ -8,11 +8,11 @@ a query over 200,000 illustrations costs one matrix-vector product plus linear p
 from __future__ import annotations
 
 import json
+import weakref
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ import numpy as np
 from imagesvc.catalog import illustration_key
 from imagesvc.search.duplicates import fold_groups, groups_of_values, parse_hashes
 from imagesvc.search.page_cuts import Prepared, listing_positions, page_positions, rank_unfiltered
+from imagesvc.search.table_index import Postings, RowIndex
 
 __all__ = ["TEXT_WEIGHT", "GalleryTable", "Query", "Ranked", "TextScores", "changes_seq", "rank", "table_sql"]
 
@@ -64,32 +65,53 @@ class GalleryTable:
     year: np.ndarray  # int32, NO_YEAR when unknown
     live: np.ndarray  # bool
     group: np.ndarray  # int32 near-duplicate group (pHash within a few bits), -1 when alone
-    terms: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    terms: Postings = field(default_factory=lambda: Postings.of({}))  # a dict of term -> rows is taken too
     vec_row: np.ndarray | None = None
     rowid: np.ndarray | None = None  # int64 number of each row keyword queries name (SQLite rowid, search_num)
     phash: np.ndarray | None = None  # uint64 perceptual hash of each row (what ``group`` was made from)
     phash_width: np.ndarray | None = None  # int16 its width in bits, 0 where it has none (or a malformed one)
     seq: int = 0  # the gallery_changes number read before the rows: every later write has a higher one
     exact: bool = False  # whether the rows are the catalog's at ``seq`` exactly (nothing written while reading)
-    _row: dict[str, int] | None = None
+    _row: RowIndex | None = None
     _keys: list[tuple[str, int, int]] | None = None
     _prepared: Prepared | None = None  # arrays for unfiltered likeness queries (page_cuts.py), built on first use
     _by_rowid: tuple[np.ndarray, np.ndarray] | None = None  # rowids sorted, and the row of each
+    # The table this one was spliced from (weakly: it is not kept alive for this) and where its rows went.
+    _moved_from: tuple[weakref.ref[GalleryTable], np.ndarray] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.terms, Postings):
+            self.terms = Postings.of(self.terms)
 
     def __len__(self) -> int:
         return len(self.ids)
 
-    def row_of(self, illustration_id: str) -> int | None:
+    @property
+    def row_index(self) -> RowIndex:
+        """The id -> row look-up, built on first use (a spliced table gets its own from the table it came from)."""
         if self._row is None:
-            self._row = {iid: i for i, iid in enumerate(self.ids)}
-        return self._row.get(illustration_id)
+            self._row = RowIndex.of(self.ids)
+        return self._row
+
+    def row_of(self, illustration_id: str) -> int | None:
+        return self.row_index.get(illustration_id)
 
     def rows_of(self, illustration_ids: Iterable[str], count: int = -1) -> np.ndarray:
         """The table row of each id (int64), -1 for an id the table lacks; ``count``: how many ids, when known."""
-        if self._row is None:
-            self.row_of("")
-        assert self._row is not None
-        return np.fromiter(map(self._row.get, illustration_ids, repeat(-1)), np.int64, count)
+        return self.row_index.rows_of(illustration_ids, count)
+
+    def rows_following(self, previous: GalleryTable, rows: np.ndarray, ids: list[str]) -> np.ndarray | None:
+        """``self.rows_of(ids)`` worked out from ``rows``, what ``previous`` answered for the same ``ids``, when this
+        table was spliced from ``previous``: a gather, and a look-up only for the ids ``previous`` lacked. None when
+        this table was not made from ``previous``."""
+        if self._moved_from is None or self._moved_from[0]() is not previous:
+            return None
+        old_at = self._moved_from[1]
+        out = np.where(rows >= 0, old_at[np.maximum(rows, 0)], -1)
+        missing = np.flatnonzero(out < 0)
+        if len(missing):
+            out[missing] = self.rows_of((ids[i] for i in missing.tolist()), len(missing))
+        return out
 
     def rows_of_rowids(self, rowids: np.ndarray) -> np.ndarray:
         """The table row of each rowid (``rowid``'s numbers, int64), -1 for one the table lacks."""
@@ -166,7 +188,7 @@ class GalleryTable:
             year=np.array(year, np.int32),
             live=np.array(live, bool),
             group=groups_of_values(values, present, bits),
-            terms={key: np.array(v, np.int64) for key, v in postings.items()},
+            terms=Postings.of(postings),
             rowid=np.array(rowids, np.int64) if has_rowid else None,
             phash=values,
             phash_width=np.where(present, width, 0).astype(np.int16),

@@ -6,9 +6,17 @@ import io
 import random
 
 import imagehash
+import numpy as np
+import pytest
 from PIL import Image, ImageDraw, ImageFilter
 
-from imagesvc.search.duplicates import near_duplicate_groups
+from imagesvc.search.duplicates import (
+    NEAR_DUPLICATE_BITS,
+    REGROUP_MAX_NEW,
+    groups_of_values,
+    near_duplicate_groups,
+    regrouped,
+)
 
 
 def _flip(hex_hash: str, *bits: int) -> str:
@@ -92,3 +100,52 @@ def test_groups_match_every_pair_compared_on_clustered_hashes() -> None:
     for distance in (0, 2, 4, 7):
         expected = _brute_force_groups([h if h and h != "not-hex" else None for h in hashes], distance)
         assert near_duplicate_groups(hashes, distance).tolist() == expected, distance
+
+
+def _partition(group: np.ndarray) -> list[int]:
+    first: dict[int, int] = {}
+    return [-1 if g < 0 else first.setdefault(int(g), len(first)) for g in group.tolist()]
+
+
+def _chains(rng: np.random.Generator, count: int) -> np.ndarray:
+    """Hashes in chains: each a few bits from the one before, so that removing one can split a group in two."""
+    out = np.zeros(count, np.uint64)
+    current = int(rng.integers(0, 2**63))
+    for i in range(count):
+        if rng.random() < 0.3:
+            current = int(rng.integers(0, 2**63))  # a new chain
+        else:
+            for bit in rng.choice(64, size=int(rng.integers(1, NEAR_DUPLICATE_BITS + 1)), replace=False):
+                current ^= 1 << int(bit)
+        out[i] = current
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_regrouping_after_a_change_groups_as_a_whole_grouping_does(seed: int) -> None:
+    """Rows removed (bridges of chains among them), rows added (joining groups), rows without a hash: the groups
+    made again where the change reaches are those a whole grouping makes."""
+    rng = np.random.default_rng(seed)
+    values = _chains(rng, 300)
+    present = rng.random(300) > 0.1
+    before = groups_of_values(values, present, 64)
+    kept = np.sort(rng.choice(300, size=int(rng.integers(200, 300)), replace=False))
+    gone = np.setdiff1d(np.arange(300), kept)
+    fresh_values = np.concatenate([values[rng.choice(300, 5)] ^ np.uint64(1 << int(rng.integers(64))), _chains(rng, 6)])
+    at = np.sort(rng.integers(0, len(kept) + 1, len(fresh_values)))
+    new_values = np.insert(values[kept], at, fresh_values)
+    new_present = np.insert(present[kept], at, rng.random(len(fresh_values)) > 0.1)
+    carried = np.insert(before[kept], at, -1).astype(np.int32)
+    fresh_at = at + np.arange(len(fresh_values))
+    lost = np.unique(before[gone])
+    again = regrouped(carried, new_values, new_present, 64, fresh_at, lost[lost >= 0])
+    assert again is not None
+    assert _partition(again) == _partition(groups_of_values(new_values, new_present, 64))
+    assert int(again.max()) < len(again)  # group numbers stay within the table's size
+
+
+def test_regrouping_gives_up_past_its_bound() -> None:
+    values = np.arange(REGROUP_MAX_NEW + 1, dtype=np.uint64) << np.uint64(20)
+    present = np.ones(len(values), bool)
+    fresh = np.arange(len(values))
+    assert regrouped(np.full(len(values), -1, np.int32), values, present, 64, fresh, np.zeros(0, np.int64)) is None
