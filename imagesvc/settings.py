@@ -133,10 +133,22 @@ class Settings:
     host: str = _opt("127.0.0.1", "Address the HTTP server binds to.", str)
     port: int = _opt(
         8080,
-        "Port the HTTP server listens on; 0 lets the system pick one, named in the first line `imagesvc serve` writes to standard error.",
+        "Port the HTTP server listens on; 0 lets the system pick one, named in the first line `imagesvc serve` writes "
+        "to standard error.",
         _port,
     )
     site_url: str = _opt("", "Public site address used in citation URLs (empty: http://HOST:PORT).", _url)
+    sign_in_url: str = _opt(
+        "",
+        "Where a person signs in to the library's site (its session cookie `imagesvc_session` is read here); pages "
+        "link to it when a budget runs low (empty: they name the step without a link).",
+        _url,
+    )
+    keys_url: str = _opt(
+        "",
+        "The developer page where a free API key is requested; linked from pages and errors (empty: named only).",
+        _url,
+    )
     base_path: str = _opt(
         "/api",
         "URL path under which the REST routes and /mcp are served (the spec's {base_url}; empty: the root).",

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from imagesvc.access import BUDGET_WINDOW, Allowed, Denied, PoolState
-from imagesvc.access.policy import CLASSES, CallerClass
+from imagesvc.access.policy import CLASSES, PAGE_VIEWS_POOL, REQUESTS_POOL, CallerClass, Pace
 from imagesvc.errors import RateLimited
 
 __all__ = [
@@ -24,8 +24,8 @@ __all__ = [
     "ratelimit_value",
 ]
 
-REQUESTS = "requests"  # the policy name of the per-window request limit; pools use their own names
-_UNITS = {"text": "pages", "images": "images", REQUESTS: "requests"}
+REQUESTS = REQUESTS_POOL  # the policy name of the API's request limit; pools use their own names
+_UNITS = {"text": "pages", "images": "images", REQUESTS: "requests", PAGE_VIEWS_POOL: "page views"}
 
 
 def _sf_string(value: str) -> str:
@@ -49,9 +49,13 @@ def ratelimit_value(limits: Iterable[tuple[str, int, int]]) -> str:
 
 
 def rate_headers(
-    caller: CallerClass, pools: Mapping[str, PoolState], requests: Allowed | Denied | None = None
+    caller: CallerClass,
+    pools: Mapping[str, PoolState],
+    requests: Allowed | Denied | None = None,
+    pace: Pace | None = None,
 ) -> dict[str, str]:
-    """Both header values for a response: every capped pool given, then the request limit if counted.
+    """Both header values for a response: every capped pool given, then the per-window limit ``requests`` was
+    counted against (``pace``; by default the caller's API request limit) if counted.
 
     Uncapped pools and exempt callers advertise nothing (there is no quota to state); the result may be empty.
     """
@@ -61,13 +65,13 @@ def rate_headers(
         if state.limit is not None and state.remaining is not None:
             policies.append((name, state.limit, BUDGET_WINDOW))
             limits.append((name, state.remaining, state.reset_seconds))
-    quota = caller.request_limit()
-    if quota is not None and requests is not None:
-        policies.append((REQUESTS, quota, caller.request_window))
+    pace = pace or caller.pace(people=False)
+    if pace is not None and requests is not None:
+        policies.append((pace.name, pace.quota, pace.window))
         if isinstance(requests, Allowed):
-            limits.append((REQUESTS, requests.remaining or 0, requests.reset))
+            limits.append((pace.name, requests.remaining or 0, requests.reset))
         else:
-            limits.append((REQUESTS, 0, requests.retry_after_seconds))
+            limits.append((pace.name, 0, requests.retry_after_seconds))
     if not policies:
         return {}
     return {"RateLimit-Policy": policy_value(policies), "RateLimit": ratelimit_value(limits)}
@@ -75,9 +79,9 @@ def rate_headers(
 
 def _allowance(caller: CallerClass, pool: str) -> float | None:
     """How much of ``pool`` a class allows, comparable across classes (requests as a rate per second)."""
-    if pool == REQUESTS:
-        quota = caller.request_limit()
-        return None if quota is None else quota / caller.request_window
+    if pool in (REQUESTS, PAGE_VIEWS_POOL):
+        pace = caller.pace(people=pool == PAGE_VIEWS_POOL)
+        return None if pace is None else pace.quota / pace.window
     return caller.budget(pool)
 
 
@@ -116,7 +120,8 @@ def rate_limited(caller: CallerClass, pool: str, denied: Denied) -> RateLimited:
     """
     retry = max(1, int(denied.retry_after_seconds))
     unit = _UNITS.get(pool, "units")
-    window = caller.request_window if pool == REQUESTS else BUDGET_WINDOW
+    pace = caller.pace(people=pool == PAGE_VIEWS_POOL) if pool in (REQUESTS, PAGE_VIEWS_POOL) else None
+    window = pace.window if pace is not None else BUDGET_WINDOW
     span = {60: "minute", 3600: "hour", BUDGET_WINDOW: "24 hours"}.get(window, f"{window} seconds")
     steps = next_steps(caller, pool)
     message = (

@@ -3,6 +3,12 @@
 Numbers follow the service spec §8: anonymous 500 pages and 500 images a day and 60 requests an hour; signed in
 1,000 / 1,000 / 1,000 an hour; free key 2,000 / 2,000 / 60 a minute; paid tiers uncapped (still metered) with 120 to
 1,000 requests a minute by tier. Verified crawlers and user-directed assistant fetches are never limited.
+
+The request limit is the API's (REST, MCP, the CLI). Pages for people (the HTML pages) are not held to it: a person
+reading a book turns a page every few seconds, so 60 requests an hour would stop an anonymous reader after 60 pages.
+A page view spends what its page delivers from the daily budgets (a reading page: one page of text), and page views
+are paced instead: ``PAGE_VIEWS`` a minute per caller, counted apart from API requests, which no reader reaches and
+which leaves a script that reads the pages instead of the API no more than the daily budgets give it.
 """
 
 from __future__ import annotations
@@ -12,11 +18,28 @@ from dataclasses import dataclass
 __all__ = [
     "CLASSES",
     "KEY_TIERS",
+    "PAGE_VIEWS",
+    "PAGE_VIEWS_POOL",
+    "REQUESTS_POOL",
     "CallerClass",
+    "Pace",
     "caller_class",
     "key_class",
     "key_tier",
 ]
+
+
+REQUESTS_POOL = "requests"  # the API's request limit, by the name headers and 429s give it
+PAGE_VIEWS_POOL = "page_views"  # the pace of pages for people
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A limit on requests: ``quota`` per ``window`` seconds, named ``name`` in headers and errors."""
+
+    name: str
+    quota: int
+    window: int
 
 
 @dataclass(frozen=True)
@@ -48,6 +71,15 @@ class CallerClass:
         """Requests allowed per ``request_window``; ``None`` when never limited."""
         return None if self.exempt else self.requests
 
+    def pace(self, people: bool) -> Pace | None:
+        """The per-window limit one request counts against: the API's request limit, or for a page for people
+        (``people``) the page views a minute; ``None`` when never limited."""
+        if self.exempt:
+            return None
+        if people:
+            return Pace(PAGE_VIEWS_POOL, PAGE_VIEWS, _MINUTE)
+        return None if self.requests is None else Pace(REQUESTS_POOL, self.requests, self.request_window)
+
     def describe(self) -> str:
         """One line a person can read, for error messages and docs."""
 
@@ -65,6 +97,7 @@ class CallerClass:
 
 _HOUR = 3600
 _MINUTE = 60
+PAGE_VIEWS = 60  # page views a minute per caller, any class: one a second held for a minute is not reading
 
 CLASSES: dict[str, CallerClass] = {
     c.name: c

@@ -14,7 +14,7 @@ from imagesvc.errors import ImagesvcError, NotFound
 from imagesvc.pages.render import render
 from imagesvc.web.app_keys import REQUEST_ID, SERVICES
 
-__all__ = ["PAGE_HANDLERS", "html_error_middleware"]
+__all__ = ["PAGE_HANDLERS", "html_error_middleware", "is_page"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PAGE_HANDLERS: set[object] = set()  # filled by imagesvc.pages with its page handlers (not the asset routes)
@@ -23,7 +23,8 @@ _MACHINE_PREFIXES = ("/iiif/", "/img/", "/static/", "/viewer/")
 TITLES = {400: "That request cannot be read", 404: "Not found", 429: "Please wait a little", 503: "Try again soon"}
 
 
-def _is_page(request: web.Request) -> bool:
+def is_page(request: web.Request) -> bool:
+    """Whether ``request`` is for a page for people (a route of ``PAGE_HANDLERS``, not the pages' files)."""
     route = request.match_info.route
     handler = getattr(route, "handler", None)
     # Routes hold the handler as the parameter checks wrapped it (web.params.strict/accepts/text_only): compare each
@@ -44,6 +45,7 @@ def _browser_miss(request: web.Request) -> bool:
 
 
 def render_error(request: web.Request, error: ImagesvcError) -> web.Response:
+    settings = request.app[SERVICES].settings
     slug = request.match_info.get("slug")
     context = {
         "title": TITLES.get(error.status, "Something went wrong"),
@@ -52,6 +54,7 @@ def render_error(request: web.Request, error: ImagesvcError) -> web.Response:
         # A page out of range still names a real book: offer its first page and its book page.
         "book_slug": slug if slug and "first_page" in error.details else None,
         "first_page": error.details.get("first_page"),
+        "links": {"sign_in": settings.sign_in_url, "get_free_key": settings.keys_url},
     }
     return render(request, "error.html", context, status=error.status, headers=error.headers)
 
@@ -62,7 +65,7 @@ async def html_error_middleware(request: web.Request, handler: Handler) -> web.S
     try:
         return await handler(request)
     except ImagesvcError as exc:
-        if not _is_page(request):
+        if not is_page(request):
             raise
         return render_error(request, exc)
     except web.HTTPNotFound:

@@ -13,16 +13,34 @@ from typing import Any
 from aiohttp import web
 
 from imagesvc import tools
+from imagesvc.access.headers import next_steps
 from imagesvc.errors import NotFound, RateLimited
 from imagesvc.pages.assets import VIEWER_READY
 from imagesvc.pages.render import render
-from imagesvc.web.app_keys import SERVICES
+from imagesvc.web.app_keys import CALLER, METER, SERVICES
 from imagesvc.web.params import accepts
 from imagesvc.web.rest import tool_call
 
-__all__ = ["book"]
+__all__ = ["LOW_BUDGET", "book", "offers"]
 
 MAX_IMAGES = 200  # get_book_images' largest page
+LOW_BUDGET = 50  # pages of text left today at which a reading page offers the next class (or a tenth of the budget)
+
+
+def offers(request: web.Request, pool: str, limited: RateLimited | None = None) -> dict[str, Any] | None:
+    """What a page says when ``pool`` runs low or out: how much is left, and each way to get more (``next_steps``
+    with its link, where the site has one). None while plenty is left or the caller's class is uncapped."""
+    state = request[METER].states.get(pool)
+    if limited is None:
+        if state is None or state.limit is None or state.remaining is None:
+            return None
+        if state.remaining > max(LOW_BUDGET, state.limit // 10):
+            return None
+    settings = request.app[SERVICES].settings
+    links = {"sign_in": settings.sign_in_url, "get_free_key": settings.keys_url}
+    steps = [{**step, "url": links.get(step["action"], "")} for step in next_steps(request[CALLER].allowance, pool)]
+    remaining = 0 if limited is not None or state is None else state.remaining
+    return {"remaining": remaining, "limit": state.limit if state is not None else None, "steps": steps}
 
 
 @accepts(
@@ -124,6 +142,7 @@ async def _reading(request: web.Request, number: int) -> web.Response:
         "iiif_info": f"/iiif/3/{book['id']}-{number}/info.json",
         "viewer": request.app[VIEWER_READY],
     }
+    context["offers"] = offers(request, "text", limited)
     headers = {"Cache-Control": "private, no-store"}  # metered text, sealed per key
     if limited is not None:
         return render(request, "reading.html", context, status=limited.status, headers={**headers, **limited.headers})

@@ -17,6 +17,7 @@ from imagesvc.access.headers import rate_headers, rate_limited
 from imagesvc.access.ledger import Ledger
 from imagesvc.access.meter import Meter
 from imagesvc.errors import Unauthorized
+from imagesvc.pages.errors import is_page
 from imagesvc.web.app_keys import (
     ACCESS,
     CALLER,
@@ -82,11 +83,16 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         plain = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
         caller = await app[IDENTIFIER].identify(plain, request.remote, {})
     allowance = caller.allowance
-    limit = None if request.path.startswith(BUDGET_ONLY_PREFIXES) else allowance.request_limit()
-    hit = await app[ACCESS].hit(caller.subject, limit, allowance.request_window)
+    # Pages for people are paced by page views, apart from the API's request limit (access/policy.py says why).
+    people = is_page(request)
+    pace = None if request.path.startswith(BUDGET_ONLY_PREFIXES) else allowance.pace(people)
+    counted_as = f"{caller.subject}#pages" if people else caller.subject
+    hit = await app[ACCESS].hit(counted_as, pace.quota if pace else None, pace.window if pace else 60)
+    limit = pace.quota if pace else None
     request[CALLER] = caller
     if not isinstance(hit, Allowed):
-        denied = rate_limited(allowance, "requests", hit)
+        assert pace is not None
+        denied = rate_limited(allowance, pace.name, hit)
         if not mcp_post:
             raise denied
         # MCP clients turn HTTP errors into opaque failures: /mcp still answers, and each tool call in it reports
@@ -99,15 +105,15 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     request[METER] = meter
     if limit is None:
         hit = None  # this route counts no requests, so its responses state no request limit (never "r=0")
-    request[RATE_HEADERS] = rate_headers(allowance, {}, hit)
+    request[RATE_HEADERS] = rate_headers(allowance, {}, hit, pace)
     ledger = request[LEDGER] = Ledger()  # what a delivery reserves as it goes (an archive's members and slots)
     try:
         response = await handler(request)
     except BaseException:
-        request[RATE_HEADERS] = rate_headers(allowance, meter.states, hit)
+        request[RATE_HEADERS] = rate_headers(allowance, meter.states, hit, pace)
         await asyncio.shield(_refund_all(meter, ledger))
         raise
-    request[RATE_HEADERS] = rate_headers(allowance, meter.states, hit)
+    request[RATE_HEADERS] = rate_headers(allowance, meter.states, hit, pace)
     if response.status >= 300:
         await _refund_all(meter, ledger)
         return response

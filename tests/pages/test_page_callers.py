@@ -1,4 +1,4 @@
-"""Pages know the caller as REST does: a signed-in reader's session cookie lifts the request limit, and a key's
+"""Pages know the caller as REST does: a signed-in reader's session cookie lifts the daily budgets, and a key's
 reading page carries the same sealed text (colophon) the quote tool gives that key."""
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ BOOK = "demo-speculum-fornacum"
 
 async def test_a_signed_in_reader_gets_the_signed_in_allowance(client: TestClient) -> None:
     anonymous = await client.get(f"/book/{BOOK}?page=2", headers=HTML)
-    assert '"requests";q=60;' in anonymous.headers["RateLimit-Policy"]
+    assert '"text";q=500;' in anonymous.headers["RateLimit-Policy"]
     token = sign_session("reader-7", int(time.time()) + 3600, "test-secret")
     signed_in = await client.get(f"/book/{BOOK}?page=2", headers=HTML, cookies={"imagesvc_session": token})
     assert signed_in.status == 200
-    assert '"requests";q=1000;' in signed_in.headers["RateLimit-Policy"]
     assert '"text";q=1000;' in signed_in.headers["RateLimit-Policy"]
+    api = await client.get("/api/books", cookies={"imagesvc_session": token})  # and the API's request limit
+    assert '"requests";q=1000;' in api.headers["RateLimit-Policy"]
 
 
 async def test_a_keys_reading_page_shows_the_text_sealed_for_that_key(client: TestClient, data_dir: Path) -> None:
