@@ -8,6 +8,7 @@ syntax. Counts and rows come from one filtered set, so ``total`` always matches 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ __all__ = [
     "BookFilters",
     "author_name",
     "canonical_slug",
+    "facet_counts",
     "query_books",
     "title_author_expression",
     "tsquery",
@@ -29,6 +31,7 @@ _PROGRESS = (
     " (SELECT count(*) FROM pages p WHERE p.book_id = b.id AND p.translation IS NOT NULL) AS translated_pages"
 )
 _HAS_TRANSLATION = "EXISTS (SELECT 1 FROM pages p WHERE p.book_id = b.id AND p.translation IS NOT NULL)"
+_HAS_IMAGES = "EXISTS (SELECT 1 FROM illustrations i WHERE i.book_id = b.id AND i.removed = 0)"
 _TITLE = "b.title COLLATE NOCASE, b.id"
 # Whole ORDER BY clauses, ties broken by title then id; the first three match an index of migration 4 exactly.
 # NULLs sort first in SQLite, so a DESC order puts books without a date last by itself.
@@ -110,6 +113,7 @@ class BookFilters:
     has_edition: str | None = None
     work_id: str | None = None
     edition_key: str | None = None
+    has_images: bool | None = None  # true: books with at least one illustration; false: books with none
 
 
 def _where(catalog: Any, f: BookFilters) -> tuple[list[str], list[Any]]:
@@ -142,6 +146,8 @@ def _where(catalog: Any, f: BookFilters) -> tuple[list[str], list[Any]]:
         args.append(f.year_to)
     if f.has_translation is not None:
         where.append(_HAS_TRANSLATION if f.has_translation else f"NOT {_HAS_TRANSLATION}")
+    if f.has_images is not None:
+        where.append(_HAS_IMAGES if f.has_images else f"NOT {_HAS_IMAGES}")
     if f.first_translation is not None:
         where.append("b.first_translation = ?")
         args.append(int(f.first_translation))
@@ -156,11 +162,59 @@ def _where(catalog: Any, f: BookFilters) -> tuple[list[str], list[Any]]:
     return where, args
 
 
+# What the catalogue page counts, each as the books matching every other filter would be split by it: facet name ->
+# (the SQL of a book's value, the filter it stands for). Centuries are of the edition year.
+FACETS: dict[str, tuple[str, str]] = {
+    "language": ("b.language", "language"),
+    "library": ("b.institution", "library"),
+    "collection": ("b.collection", "collection"),
+    "century": ("CAST(b.year / 100 AS INTEGER) * 100", "year_from"),
+    "has_images": (f"CASE WHEN {_HAS_IMAGES} THEN 1 ELSE 0 END", "has_images"),
+}
+
+
+def facet_counts(catalog: Any, f: BookFilters) -> dict[str, list[tuple[Any, int]]]:
+    """For each of ``FACETS``, its values among the live books matching ``f`` without that facet's own filter, with how
+    many books each has, most first (a facet's counts show what choosing another of its values would give)."""
+    out: dict[str, list[tuple[Any, int]]] = {}
+    for name, (value, field_name) in FACETS.items():
+        unset = {field_name: None} | ({"year_to": None} if name == "century" else {})
+        where, args = _where(catalog, dataclasses.replace(f, **unset))
+        join = ""
+        if f.search is not None:
+            where, args, join = _search_where(catalog, f.search, where, args)
+        rows = catalog.query_all(
+            f"SELECT {value} AS v, count(*) AS n FROM books b {join} WHERE {' AND '.join(where)}"
+            f" AND {value} IS NOT NULL GROUP BY {value} ORDER BY n DESC, v",
+            args,
+        )
+        out[name] = [(r["v"], r["n"]) for r in rows]
+    return out
+
+
+def _search_where(catalog: Any, text: str, where: list[str], args: list[Any]) -> tuple[list[str], list[Any], str]:
+    """``where`` narrowed to books whose title or author matches ``text`` (the join it needs)."""
+    if catalog.dialect == "postgres":
+        return (
+            [*where, "s.doc @@ to_tsquery('simple', ?)"],
+            [*args, tsquery(catalog, text)],
+            ("JOIN book_search s ON s.book_id = b.id"),
+        )
+    return (
+        [*where, "books_fts MATCH ?"],
+        [*args, title_author_expression(text) or '""'],
+        ("JOIN books_fts ON books_fts.rowid = b.rowid"),
+    )
+
+
 def query_books(
-    catalog: Any, f: BookFilters, *, sort: str | None, limit: int, offset: int
+    catalog: Any, f: BookFilters, *, sort: str | None, limit: int, offset: int, after: str | None = None
 ) -> tuple[list[dict[str, Any]], int]:
     """One page of live books matching ``f`` and the total that match. ``sort`` is a key of ``SORTS``; None means
-    relevance when ``f.search`` is given, else ``recent-translation``. Ties fall back to title, then id."""
+    relevance when ``f.search`` is given, else ``recent-translation``. Ties fall back to title, then id.
+
+    ``after`` (a book id, with ``sort="title-asc"`` only): the page begins after that book in title order (keyset
+    paging: any depth at the cost of one page; a book withdrawn since still marks its place)."""
     where, args = _where(catalog, f)
     postgres = catalog.dialect == "postgres"
     join, rank, rank_args = "", None, []
@@ -179,8 +233,14 @@ def query_books(
             where.append("books_fts MATCH ?")
             args.append(expression)
             rank = "bm25(books_fts, 1.0, 1.0)"
+    total = catalog.query_one(f"SELECT count(*) AS n FROM books b {join} WHERE {' AND '.join(where)}", args)["n"]
+    if after is not None:
+        if sort != "title-asc":
+            raise ValueError("keyset paging (after) follows sort=title-asc only")
+        key = _PG_TITLE_KEY if postgres else "b.title COLLATE NOCASE"
+        where.append(f"({key}, b.id) > (SELECT {key.replace('b.', 'a.')}, a.id FROM books a WHERE a.id = ?)")
+        args.append(after)
     clause = " AND ".join(where)
-    total = catalog.query_one(f"SELECT count(*) AS n FROM books b {join} WHERE {clause}", args)["n"]
     sorts, title = (PG_SORTS, _PG_TITLE) if postgres else (SORTS, _TITLE)
     order = f"{rank}, {title}" if sort is None and rank is not None else sorts[sort or "recent-translation"]
     if not (sort is None and rank is not None):

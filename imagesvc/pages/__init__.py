@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from imagesvc.pages import assets, illustrations, reading
+from imagesvc.pages import assets, catalogue, illustrations, reading
 from imagesvc.pages.assets import VIEWER_READY, viewer_ready
 from imagesvc.pages.errors import PAGE_HANDLERS, html_error_middleware
 from imagesvc.pages.render import setup_templates
 
-__all__ = ["assets", "html_error_middleware", "illustrations", "reading", "setup_pages"]
+__all__ = ["assets", "catalogue", "html_error_middleware", "illustrations", "reading", "setup_pages"]
 
 PAGE_HANDLERS.update(
     {
@@ -24,6 +24,7 @@ PAGE_HANDLERS.update(
         illustrations.collections,
         illustrations.collection,
         reading.book,
+        catalogue.catalogue,
     }
 )
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from imagesvc.catalog.library import SORTS, BookFilters, author_name, canonical_slug, query_books
-from imagesvc.errors import NotFound
+from imagesvc.catalog.library import SORTS, BookFilters, author_name, canonical_slug, facet_counts, query_books
+from imagesvc.errors import InvalidRequest, NotFound
 from imagesvc.imaging import TIERS
 from imagesvc.services import Services
 from imagesvc.surface.arguments import YEAR
@@ -101,6 +101,7 @@ LIST_BOOKS_SCHEMA: dict[str, Any] = {
         "search": {**_TEXT, "description": "Free text over titles and authors, relevance-ranked."},
         "has_translation": {"type": "boolean", "description": "true: only translated books; false: only untranslated."},
         "first_translation": {"type": "boolean", "description": "true: only first translations of their work."},
+        "has_images": {"type": "boolean", "description": "true: only books with illustrations; false: only without."},
         "has_edition": {"type": "string", "pattern": "^[A-Za-z]{2,3}$", "description": "ISO 639 code: readable in."},
         "work_id": {**_TEXT, "description": "Editions of one work."},
         "edition_key": {**_TEXT, "description": "Digitizations of one printing; take the value from a result row."},
@@ -110,6 +111,18 @@ LIST_BOOKS_SCHEMA: dict[str, Any] = {
             "description": "Order; with search and no sort, relevance.",
         },
         "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+        "cursor": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 200,
+            "description": "next_cursor of the previous page (sort=title-asc): continues the listing to any depth.",
+        },
+        "facets": {
+            "type": "boolean",
+            "default": False,
+            "description": "Also count the matching books by language, library, collection, century and has_images "
+            "(each without its own filter) in facets.",
+        },
         "skip": {
             "type": "integer",
             "minimum": 0,
@@ -123,7 +136,14 @@ LIST_BOOKS_SCHEMA: dict[str, Any] = {
 
 @tool("list_books", LIST_BOOKS_SCHEMA)
 async def list_books(
-    services: Services, call: Call, limit: int = 50, skip: int = 0, sort: str | None = None, **filters: Any
+    services: Services,
+    call: Call,
+    limit: int = 50,
+    skip: int = 0,
+    sort: str | None = None,
+    cursor: str | None = None,
+    facets: bool = False,
+    **filters: Any,
 ) -> dict[str, Any]:
     """Browse the catalogue: filter by author, edition year, language, category, collection, library, work, edition
     key, translation and edition language, or search titles and authors; sort by recent translation (default),
@@ -137,9 +157,36 @@ async def list_books(
     if filters.get("author_id") is not None:
         filters["author_id"] = canonical_slug(filters["author_id"])
         author = {"author_id": filters["author_id"], "name": await services.db.call(author_name, filters["author_id"])}
-    rows, total = await services.db.call(query_books, BookFilters(**filters), sort=sort, limit=limit, offset=skip)
+    if cursor is not None:
+        await _check_cursor(services, cursor, sort, skip)
+    chosen = BookFilters(**filters)
+    rows, total = await services.db.call(query_books, chosen, sort=sort, limit=limit, offset=skip, after=cursor)
     items = [book_summary(services, row) for row in rows]
-    return envelope(items, total=total, limit=limit, offset=skip, **({"author": author} if author else {}))
+    extra: dict[str, Any] = {"author": author} if author else {}
+    if facets:
+        counts = await services.db.call(facet_counts, chosen)
+        extra["facets"] = {name: [{"value": v, "count": n} for v, n in found] for name, found in counts.items()}
+    keyset = sort == "title-asc" and len(items) == limit
+    more = None if cursor is None else keyset  # a keyset page knows only whether it was cut
+    next_cursor = items[-1]["id"] if keyset else None
+    return envelope(items, total=total, limit=limit, offset=skip, has_more=more, next_cursor=next_cursor, **extra)
+
+
+async def _check_cursor(services: Services, cursor: str, sort: str | None, skip: int) -> None:
+    """A cursor continues a title-ordered listing from a book id ``next_cursor`` gave; anything else is a 400."""
+    problem = None
+    if sort != "title-asc":
+        problem = "A cursor continues a listing sorted by title (sort=title-asc); other orders page by skip."
+    elif skip:
+        problem = "Give either cursor or skip, not both."
+    elif await services.db.call(lambda c: c.query_one("SELECT 1 AS x FROM books WHERE id = ?", (cursor,))) is None:
+        problem = f"{cursor!r} is not a cursor this service gave out."
+    if problem is not None:
+        raise InvalidRequest(
+            problem,
+            recovery=["Pass the next_cursor of the previous page unchanged, with the same filters and no skip."],
+            details={"parameter": "cursor"},
+        )
 
 
 @tool(

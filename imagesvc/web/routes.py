@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from imagesvc.pages import assets as page_assets
+from imagesvc.pages import catalogue as page_catalogue
 from imagesvc.pages import illustrations as page_illustrations
 from imagesvc.pages import reading as page_reading
 from imagesvc.web import archive, docs, gallery, iiif, image_search, images, mcp, metrics, probes, quota, rest, text
@@ -80,6 +81,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/collections", page_illustrations.collections, SITE),
     Route("GET", "/collections/{slug}", page_illustrations.collection, SITE),
     Route("GET", "/book/{slug}", page_reading.book, SITE),
+    Route("GET", "/catalogue", page_catalogue.catalogue, SITE),
     Route("GET", "/static/{path:.+}", page_assets.static, SITE),
     Route("GET", "/viewer/{path:.+}", page_assets.viewer, SITE),
 )
