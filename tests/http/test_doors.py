@@ -95,6 +95,7 @@ DOORS: dict[tuple[str, str], tuple[str, str]] = {
     ("POST", "/search-by-image"): (METADATA, "/search-by-image"),  # a page of illustration cards, not pixels
     ("GET", "/illustration/{id}"): (METADATA, "/illustration/{ill}"),
     ("GET", "/collections"): (METADATA, "/collections"),
+    ("GET", "/catalogue"): (METADATA, "/catalogue"),
     ("GET", "/collections/{slug}"): (METADATA, "/collections/{collection}"),
     ("GET", "/book/{slug}"): (PAGE_TEXT, "/book/{book}?page={page}"),  # and ?q=, the same tool as /search
     ("GET", "/static/{path:.+}"): (METADATA, "/static/pages.css"),

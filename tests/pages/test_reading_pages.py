@@ -9,6 +9,7 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient
 
 from imagesvc.access import MILLI
+from imagesvc.access.policy import PAGE_VIEWS
 from imagesvc.web.app_keys import ACCESS
 from tests.library import SITE
 from tests.pages.markup import parse
@@ -131,17 +132,19 @@ async def test_a_reading_page_costs_what_the_quote_costs(client: TestClient) -> 
     page = await client.get(f"/book/{SPECULUM}?page=4", headers=HTML)
     after = remaining(page.headers)
     assert before["text"] - after["text"] == 1  # one text unit, as /quote charges
-    assert before["requests"] - after["requests"] == 1  # one request
+    assert "requests" not in after  # a page view, not an API request (docs/api.md, Callers and limits)
     for free in ("/static/pages.css", "/static/pages.js", "/viewer/openseadragon.min.js"):
         resp = await client.get(free)
         assert "RateLimit" not in resp.headers, free  # counted nowhere (the viewer may not be installed here)
         assert resp.status == 200 or free.startswith("/viewer/"), free
     gallery = await client.get("/", headers=HTML)
     book = await client.get(f"/book/{SPECULUM}", headers=HTML)
-    assert remaining(gallery.headers) == {"requests": after["requests"] - 1}  # no budget, one request
-    assert remaining(book.headers) == {"requests": after["requests"] - 2}
+    assert remaining(gallery.headers) == {"page_views": after["page_views"] - 1}  # no budget, one page view
+    assert remaining(book.headers) == {"page_views": after["page_views"] - 2}
+    again = await client.get(f"/api/books/{SPECULUM}/quote", params={"page": "3"})
+    assert remaining(again.headers)["requests"] == before["requests"] - 1  # the API's count: its own calls only
     usage = await (await client.get("/api/rate_limit")).json()
-    assert usage["pools"]["text"]["used"] == 2 and usage["pools"]["images"]["used"] == 0
+    assert usage["pools"]["text"]["used"] == 3 and usage["pools"]["images"]["used"] == 0
 
 
 async def test_with_the_text_budget_spent_the_page_shows_the_image_and_says_when(client: TestClient) -> None:
@@ -156,13 +159,16 @@ async def test_with_the_text_budget_spent_the_page_shows_the_image_and_says_when
     assert (await client.get(f"/api/books/{SPECULUM}/quote", params={"page": "3"})).status == 429
 
 
-async def test_the_request_limit_reads_as_a_page(client: TestClient) -> None:
+async def test_the_page_view_pace_reads_as_a_page_and_the_api_limit_as_json(client: TestClient) -> None:
     access = client.server.app[ACCESS]
-    for _ in range(60):
-        await access.hit(ANONYMOUS, 60, 3600)
+    for _ in range(PAGE_VIEWS):
+        await access.hit(f"{ANONYMOUS}#pages", PAGE_VIEWS, 60)
     resp = await client.get("/", headers=HTML)
     assert resp.status == 429 and resp.content_type == "text/html" and int(resp.headers["Retry-After"]) > 0
     assert "try again in" in parse(await resp.text()).one("section", cls="error").text
+    assert (await client.get("/api/books")).status == 200  # page views are not API requests
+    for _ in range(59):
+        await access.hit(ANONYMOUS, 60, 3600)
     api = await client.get("/api/books")
     assert api.status == 429 and (await api.json())["error"] == "rate_limited"
 
