@@ -20,6 +20,7 @@ $(SERVE_STAMP): pyproject.toml scripts/bootstrap.sh scripts/uv_install.py script
 	touch $@
 
 run: $(SERVE_STAMP)
+	$(VENV)/bin/python scripts/install-openseadragon.py
 	$(VENV)/bin/imagesvc demo
 	$(VENV)/bin/imagesvc serve
 

@@ -24,7 +24,7 @@ STATIC = Path(__file__).with_name("static")
 CHECKOUT = Path(__file__).resolve().parents[2]
 VIEWER_PACKAGE = Path("openseadragon") / "build" / "openseadragon"
 VIEWER_SCRIPT = "openseadragon.min.js"
-INSTALL_HINT = "Run scripts/install-viewer.sh (it installs OpenSeadragon from npm), or set IMAGESVC_VIEWER_DIR."
+INSTALL_HINT = "Run scripts/install-openseadragon.py (make run does), then restart; or set IMAGESVC_VIEWER_DIR."
 VIEWER_READY = web.AppKey("pages_viewer_ready", bool)  # looked up once at start: install, then restart
 _TYPES = {".css": "text/css", ".js": "text/javascript", ".png": "image/png", ".svg": "image/svg+xml"}
 

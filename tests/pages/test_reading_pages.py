@@ -180,7 +180,7 @@ async def test_without_the_viewer_the_page_still_reads_and_says_why(make_client:
     assert not [s for s in doc.all("script") if s.attrs.get("src", "").startswith("/viewer/")]
     assert doc.one("div", cls="plain")
     missing = await client.get("/viewer/openseadragon.min.js")
-    assert missing.status == 404 and "install-viewer.sh" in str((await missing.json())["recovery"])
+    assert missing.status == 404 and "install-openseadragon.py" in str((await missing.json())["recovery"])
 
 
 async def test_asset_routes_serve_only_their_own_files(client: TestClient) -> None:
