@@ -20,6 +20,7 @@ $(SERVE_STAMP): pyproject.toml scripts/bootstrap.sh scripts/uv_install.py script
 	touch $@
 
 run: $(SERVE_STAMP)
+	$(VENV)/bin/imagesvc models
 	$(VENV)/bin/imagesvc demo
 	$(VENV)/bin/imagesvc serve
 
@@ -32,6 +33,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 test: $(STAMP) system-deps lint
+	$(VENV)/bin/imagesvc models
 	$(VENV)/bin/pytest
 
 bench: $(STAMP) system-deps

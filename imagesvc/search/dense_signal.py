@@ -255,7 +255,7 @@ class DenseText:
         info = self.model.info if self.model is not None else None
         if info is None:
             return Passages.of(index)
-        return Passages.of(index, split=info.split, second_directions=info.second_directions)
+        return Passages.of(index, split=info.split)
 
     def source(self) -> dict[str, Any]:
         """Where the text index in service came from, for /health."""

@@ -32,6 +32,7 @@ from imagesvc.search.dense import (
     text_rows,
 )
 from imagesvc.search.dense_signal import DenseText, QueryCache
+from imagesvc.search.e5_model import models_root
 from imagesvc.search.fusion import fuse_rows
 from imagesvc.search.glosses import Gloss
 from imagesvc.search.index_follower import Follower
@@ -87,7 +88,8 @@ class SearchEngine:
         self.spec: ClipSpec = clip_spec(settings)
         self.encoder = encoder or (Encoder(self.spec) if self.spec.enabled else None)
         on = getattr(settings, "text_model", "off") != "off"
-        self.text_model = text_model or (shared_model(settings.text_model) if on else None)
+        models = models_root(getattr(settings, "model_dir", ""))
+        self.text_model = text_model or (shared_model(settings.text_model, models=models) if on else None)
         self._data_dir = Path(data_dir or settings.data_dir)  # where the vector indexes are read from
         self._rows_of_dense: tuple[GalleryTable, list[str], np.ndarray] | None = None  # ``_dense_rows``
         # Snapshot state: read and written by the event loop only.
