@@ -146,8 +146,9 @@ async def _demo_indexes(settings: Settings) -> list[str]:
     from imagesvc.catalog.backends import open_catalog
     from imagesvc.catalog.run_lock import exclusive_run
     from imagesvc.search.block_index import params, sync_blocks
-    from imagesvc.search.dense import run_text_index, shared_model
+    from imagesvc.search.dense import run_text_index
     from imagesvc.search.e5_model import models_root
+    from imagesvc.search.text_models import shared_model
     from imagesvc.search.text_seed import DEMO_SEED, seed_text_index
     from imagesvc.storage import make_store
 

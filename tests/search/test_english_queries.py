@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from imagesvc.search import text_models
-from imagesvc.search.dense import Passages, TextModel
+from imagesvc.search.dense import Passages
 from imagesvc.search.glosses import english
+from imagesvc.search.text_models import TextModel
 from imagesvc.search.vectors import VectorIndex
 from tests.parts import missing_part
 

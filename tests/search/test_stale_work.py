@@ -18,8 +18,9 @@ import pytest
 from imagesvc.catalog import Catalog
 from imagesvc.catalog import writes as w
 from imagesvc.search.block_index import sync_blocks
-from imagesvc.search.dense import TEXT_FOLDER, StaleWork, shared_model, sync_text_index, text_rows
+from imagesvc.search.dense import TEXT_FOLDER, StaleWork, sync_text_index, text_rows
 from imagesvc.search.engine import SearchEngine
+from imagesvc.search.text_models import shared_model
 from imagesvc.search.vectors import VectorIndex, save_index
 from tests.library import copy_library, settings_for
 

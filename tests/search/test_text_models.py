@@ -17,10 +17,11 @@ import pytest
 from imagesvc.catalog import Catalog
 from imagesvc.cli import main
 from imagesvc.errors import Unavailable
-from imagesvc.search import dense, text_models
-from imagesvc.search.dense import TEXT_FOLDER, TextModel, run_text_index, sync_text_index, text_rows
+from imagesvc.search import text_models
+from imagesvc.search.dense import TEXT_FOLDER, run_text_index, sync_text_index, text_rows
 from imagesvc.search.engine import SearchEngine
 from imagesvc.search.ranking import Query
+from imagesvc.search.text_models import TextModel
 from imagesvc.search.text_seed import seed_text_index
 from imagesvc.search.vectors import load_index
 from tests.library import copy_library, settings_for
@@ -50,7 +51,7 @@ async def test_without_e5_s_graph_search_is_keyword_only_and_names_the_command_t
     """A worker never builds a model: where ``imagesvc models`` has not run, nothing is built or written, search
     ranks by keywords, and the search status, `imagesvc index` and `imagesvc doctor` name the command."""
     empty = tmp_path / "models"
-    monkeypatch.setattr(dense, "_shared", None)
+    monkeypatch.setattr(text_models, "_shared", None)
     catalog = Catalog(data / "catalog.sqlite3")
     try:
         settings = settings_for(data, search_wait=600, model_dir=str(empty))
@@ -115,7 +116,7 @@ def test_ranking_with_the_default_model_never_imports_torch() -> None:
     """A serving worker with CLIP off pays for no torch, transformers or open_clip, and builds nothing: it opens e5's
     built graph (no ``onnx``, no quantization tools, no ``e5_build``)."""
     code = (
-        "import sys; from imagesvc.search.dense import TextModel; import imagesvc.app, imagesvc.search.engine;"
+        "import sys; from imagesvc.search.text_models import TextModel; import imagesvc.app, imagesvc.search.engine;"
         "m = TextModel('e5'); m.query('sol et luna'); m.encode(['sun and moon']);"
         "heavy = [n for n in ('torch', 'transformers', 'sentence_transformers', 'open_clip', 'onnx',"
         " 'onnxruntime.quantization', 'imagesvc.search.e5_build') if n in sys.modules];"
@@ -140,7 +141,7 @@ def damaged_minilm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with open(real / "model.safetensors", "rb") as f:
         (folder / "model.safetensors").write_bytes(f.read(1_000_000))
     monkeypatch.setattr(minilm, "model_folder", lambda: folder)
-    monkeypatch.setattr(dense, "_shared", None)
+    monkeypatch.setattr(text_models, "_shared", None)
 
 
 @pytest.mark.usefixtures("damaged_minilm")
@@ -193,7 +194,7 @@ async def test_weights_that_give_no_number_leave_the_keyword_hits_as_they_are(
     poisoned.flush()
     del poisoned
     monkeypatch.setattr(minilm, "model_folder", lambda: folder)
-    monkeypatch.setattr(dense, "_shared", None)
+    monkeypatch.setattr(text_models, "_shared", None)
     assert seed_text_index(data, text_models.model_info("e5+minilm").key) > 0
     catalog = Catalog(data / "catalog.sqlite3")
     try:
