@@ -21,6 +21,7 @@ $(SERVE_STAMP): pyproject.toml scripts/bootstrap.sh scripts/uv_install.py script
 
 run: $(SERVE_STAMP)
 	$(VENV)/bin/python scripts/install-openseadragon.py
+	$(VENV)/bin/imagesvc models
 	$(VENV)/bin/imagesvc demo
 	$(VENV)/bin/imagesvc serve
 
@@ -33,6 +34,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 test: $(STAMP) system-deps lint
+	$(VENV)/bin/imagesvc models
 	$(VENV)/bin/pytest --durations=30
 
 bench: $(STAMP) system-deps

@@ -28,8 +28,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from imagesvc.catalog import Catalog
-from imagesvc.search.dense import TEXT_FOLDER, Passages, TextModel
+from imagesvc.search.dense import TEXT_FOLDER, Passages
 from imagesvc.search.published import current, fetch, publish
+from imagesvc.search.text_models import TextModel
 from imagesvc.search.vectors import VectorIndex, load_index, save_index
 from imagesvc.storage.local import LocalStore
 from imagesvc.storage.s3 import S3Config, S3Store

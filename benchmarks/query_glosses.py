@@ -16,9 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagesvc.search.dense import TextModel  # noqa: E402
 from imagesvc.search.glosses import Glossary  # noqa: E402
 from imagesvc.search.spelling import english_word  # noqa: E402
+from imagesvc.search.text_models import TextModel  # noqa: E402
 
 SETS = ("search_eval_languages.json", "search_eval_languages_heldout.json")
 

@@ -17,10 +17,10 @@ from PIL import Image
 
 from imagesvc.errors import ImagesvcError
 from imagesvc.search.clip import TINY_MODEL, ClipSpec, Encoder
-from imagesvc.search.dense import TextModel
 from imagesvc.search.index import decode_for_clip
 from imagesvc.search.page_cuts import prepared
 from imagesvc.search.ranking import GalleryTable, Query, rank
+from imagesvc.search.text_models import TextModel
 from imagesvc.search.vectors import top_k
 
 __all__ = ["main"]
@@ -153,7 +153,7 @@ def main() -> None:
     parser.add_argument("--index-images", type=int, default=256)
     parser.add_argument("--vit", action="store_true", help="also time ViT-B-32 (random weights) indexing")
     parser.add_argument("--text-threads", type=int, default=2, help="threads of the text model (0: no text rows)")
-    parser.add_argument("--text-model", default="e5", choices=["e5", "use", "minilm"])
+    parser.add_argument("--text-model", default="e5", choices=["e5", "e5+minilm"])
     args = parser.parse_args()
     query_latency(args.vectors, args.dims, args.queries, args.text_threads, args.text_model)
     index_throughput(TINY_MODEL, args.index_images, 64)

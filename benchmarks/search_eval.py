@@ -1,7 +1,7 @@
 """Relevance of gallery search on the demo library: recall@5 and nDCG@10 per ranking mode and query category, and
 recall@1/@5 per language on the cross-lingual set.
 
-    python benchmarks/search_eval.py [--data DIR] [--grid] [--model e5+minilm|e5|use|minilm|e5+use] [--prefilter N]
+    python benchmarks/search_eval.py [--data DIR] [--grid] [--model e5+minilm|e5] [--prefilter N]
 
 Builds the demo library (fixtures/generate.py, then ingest) in a temporary folder unless ``--data`` names an ingested
 data dir, and runs every query of ``benchmarks/search_eval.json`` through ``search_images`` in three modes: keyword
@@ -219,7 +219,7 @@ def main() -> int:
     parser.add_argument(
         "--model",
         default="e5+minilm",
-        choices=["e5+minilm", "e5", "use", "minilm", "e5+use"],
+        choices=["e5+minilm", "e5"],
         help="the text model (default e5+minilm)",
     )
     parser.add_argument(

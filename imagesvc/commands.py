@@ -29,6 +29,7 @@ __all__ = [
     "cmd_ingest",
     "cmd_keys",
     "cmd_marks",
+    "cmd_models",
     "cmd_snapshot",
 ]
 
@@ -145,7 +146,9 @@ async def _demo_indexes(settings: Settings) -> list[str]:
     from imagesvc.catalog.backends import open_catalog
     from imagesvc.catalog.run_lock import exclusive_run
     from imagesvc.search.block_index import params, sync_blocks
-    from imagesvc.search.dense import run_text_index, shared_model
+    from imagesvc.search.dense import run_text_index
+    from imagesvc.search.e5_model import models_root
+    from imagesvc.search.text_models import shared_model
     from imagesvc.search.text_seed import DEMO_SEED, seed_text_index
     from imagesvc.storage import make_store
 
@@ -156,7 +159,8 @@ async def _demo_indexes(settings: Settings) -> list[str]:
             if settings.text_model != "off":
                 # the demo's passages as embedded once by this model (fixtures/): only what changed since is embedded,
                 # by the model run_text_index asks for
-                model = shared_model(settings.text_model, threads=os.cpu_count() or 1, bulk=True)
+                models = models_root(settings.model_dir)
+                model = shared_model(settings.text_model, os.cpu_count() or 1, bulk=True, models=models)
                 if seed_text_index(settings.data_dir, model.key):
                     lines.append(f"text index seeded from {DEMO_SEED.name}")
             text = await run_text_index(settings, catalog)
@@ -197,6 +201,21 @@ async def _seed(settings: Settings, catalog: Any, store: Any, kinds: list[str]) 
             await seed_local(catalog, store, kind, settings.data_dir)
         except FETCH_ERRORS as exc:
             print(f"imagesvc: the published {kind} index cannot be read, making it anew: {exc}", file=sys.stderr)
+
+
+def cmd_models(settings: Settings, args: argparse.Namespace) -> int:
+    """Build e5's int8 graph and tokenizer into the models folder (``IMAGESVC_MODEL_DIR``), once per install: serving
+    workers and `imagesvc index` only open it (docs/search.md). Nothing is done when it is there, unless ``--force``."""
+    from imagesvc.search.e5_build import BuildError, build
+    from imagesvc.search.e5_model import models_root
+
+    try:
+        folder = build(models_root(settings.model_dir), force=args.force)
+    except (BuildError, OSError) as exc:
+        print(f"models: e5's graph was not built: {exc}", file=sys.stderr)
+        return 1
+    print(f"models: e5's int8 graph in {folder}", file=sys.stderr)
+    return 0
 
 
 def cmd_index(settings: Settings, args: argparse.Namespace) -> int:

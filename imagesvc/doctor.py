@@ -205,18 +205,20 @@ def _clip(settings: Settings) -> Finding:
 
 
 def _text_model(settings: Settings) -> Finding:
-    """Whether the configured text model can run on this CPU and platform (decided without loading it: a fault in its
-    C engine would end this process), and whether the text index on disk was embedded by it."""
+    """Whether the configured text model can run here (installed, its graph built; nothing is loaded), and whether
+    the text index on disk was embedded by it."""
     import json
 
     from imagesvc.search import text_models
+    from imagesvc.search.e5_model import model_folder, models_root
 
     name = settings.text_model
     if name == "off":
         return Finding("ok", "text model", "off (IMAGESVC_TEXT_MODEL=off): gallery search ranks by keywords and CLIP")
-    chosen, note = text_models.choose(name)
+    models = models_root(settings.model_dir)
+    chosen, note = text_models.choose(name, models)
     if chosen is None:
-        return Finding("fail", "text model", f"{note}; install imagesvc[text] or set IMAGESVC_TEXT_MODEL=off")
+        return Finding("fail", "text model", f"{note}; or set IMAGESVC_TEXT_MODEL=off")
     key = text_models.model_info(chosen).key
     try:
         indexed = json.loads((settings.data_dir / "textvectors" / "current.json").read_text()).get("model")
@@ -231,24 +233,7 @@ def _text_model(settings: Settings) -> Finding:
         )
     if note:
         return Finding("warn", "text model", f"{note} (set IMAGESVC_TEXT_MODEL={chosen} to say so)")
-    reading = f"; e5 reads through {text_models.e5_reading()}" if "e5" in chosen.split("+") else ""
-    if reading.endswith("int8 on ONNX Runtime"):
-        reading += _int8_graph()
-    return Finding("ok", "text model", f"{key} can run here{reading}")
-
-
-def _int8_graph() -> str:
-    """Whether e5's int8 graph is built for this node's code and model file, and where."""
-    from imagesvc.search import e5_int8
-
-    folder = e5_int8.default_cache()
-    try:
-        graph = folder / f"e5-int8-{e5_int8.cache_key()}.onnx" if folder else None
-    except (OSError, ImportError) as exc:
-        return f" (its graph cannot be named: {exc})"
-    if graph is not None and graph.is_file():
-        return f" (its graph: {graph})"
-    return f" (its graph is built by the first worker, ~1.3 s, into {folder or 'a temporary folder'})"
+    return Finding("ok", "text model", f"{key} can run here (e5's int8 graph: {model_folder(models)})")
 
 
 _GLOSS_SOURCES = {
@@ -260,15 +245,15 @@ _GLOSS_SOURCES = {
 
 
 def _glosses(settings: Settings) -> Finding:
-    """Which of the query languages this node's model glosses from a dictionary (Latin, Hebrew, Italian, Arabic; not
-    Arabic with ``e5+use``) have theirs here: without it a language is still searched, by the model alone, and finds
-    less (docs/search.md)."""
-    from imagesvc.search.dense import TextModel
+    """Which of the query languages this node's model glosses from a dictionary (Latin, Hebrew, Italian, Arabic) have
+    theirs here: without it a language is still searched, by the model alone, and finds less (docs/search.md)."""
+    from imagesvc.search.e5_model import models_root
     from imagesvc.search.glosses import available
+    from imagesvc.search.text_models import TextModel
 
     if settings.text_model == "off":
         return Finding("ok", "query glosses", "not used: the text model is off")
-    glossed = TextModel(settings.text_model).glossed  # decided from the settings and the CPU: nothing is loaded
+    glossed = TextModel(settings.text_model, models=models_root(settings.model_dir)).glossed  # nothing is loaded
     if not glossed:
         return Finding("ok", "query glosses", "not used: no text model can run here (see text model)")
     there = available()

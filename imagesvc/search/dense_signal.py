@@ -20,7 +20,6 @@ from imagesvc.search.dense import (
     OtherModel,
     Passages,
     StaleWork,
-    TextModel,
     first_columns,
     sync_text_index,
     text_rows,
@@ -28,6 +27,7 @@ from imagesvc.search.dense import (
 from imagesvc.search.glosses import glossary
 from imagesvc.search.index_follower import Follower
 from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
+from imagesvc.search.text_models import TextModel
 from imagesvc.search.threads import off_loop, submit
 from imagesvc.search.vectors import VectorIndex, indexed_model, load_index
 
@@ -255,7 +255,7 @@ class DenseText:
         info = self.model.info if self.model is not None else None
         if info is None:
             return Passages.of(index)
-        return Passages.of(index, split=info.split, second_directions=info.second_directions)
+        return Passages.of(index, split=info.split)
 
     def source(self) -> dict[str, Any]:
         """Where the text index in service came from, for /health."""

@@ -25,13 +25,9 @@ from imagesvc.catalog.reader import reader
 from imagesvc.errors import NotFound, Unavailable
 from imagesvc.search.changes import changed_books, updated_table
 from imagesvc.search.clip import ClipSpec, Encoder, clip_spec
-from imagesvc.search.dense import (
-    TextModel,
-    illustration_text,
-    shared_model,
-    text_rows,
-)
+from imagesvc.search.dense import illustration_text, text_rows
 from imagesvc.search.dense_signal import DenseText, QueryCache
+from imagesvc.search.e5_model import models_root
 from imagesvc.search.fusion import fuse_rows
 from imagesvc.search.glosses import Gloss
 from imagesvc.search.index_follower import Follower
@@ -42,6 +38,7 @@ from imagesvc.search.ranking import GalleryTable, Query, Ranked, TextScores, cha
 from imagesvc.search.snapshot import BUILD_ERRORS, SearchSnapshot, Stamps, build_snapshot, index_stamp
 from imagesvc.search.spelling import Vocabulary
 from imagesvc.search.text import KeywordHits, ids_of_rowids, keyword_hits, matching_ids
+from imagesvc.search.text_models import TextModel, shared_model
 from imagesvc.search.threads import off_loop
 
 __all__ = ["Scored", "SearchEngine", "engine_for"]
@@ -87,7 +84,8 @@ class SearchEngine:
         self.spec: ClipSpec = clip_spec(settings)
         self.encoder = encoder or (Encoder(self.spec) if self.spec.enabled else None)
         on = getattr(settings, "text_model", "off") != "off"
-        self.text_model = text_model or (shared_model(settings.text_model) if on else None)
+        models = models_root(getattr(settings, "model_dir", ""))
+        self.text_model = text_model or (shared_model(settings.text_model, models=models) if on else None)
         self._data_dir = Path(data_dir or settings.data_dir)  # where the vector indexes are read from
         self._rows_of_dense: tuple[GalleryTable, list[str], np.ndarray] | None = None  # ``_dense_rows``
         # Snapshot state: read and written by the event loop only.

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from imagesvc.catalog import Catalog
-from imagesvc.search.dense import TEXT_FOLDER, Passages, shared_model, sync_text_index, text_rows
+from imagesvc.search.dense import TEXT_FOLDER, Passages, sync_text_index, text_rows
 from imagesvc.search.fusion import parse_query
 from imagesvc.search.spelling import Vocabulary
+from imagesvc.search.text_models import shared_model
 from imagesvc.search.vectors import load_index
 from tests.library import copy_library
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from imagesvc.search import text_models
-from imagesvc.search.dense import Passages, TextModel
+from imagesvc.search.dense import Passages
 from imagesvc.search.glosses import english
+from imagesvc.search.text_models import TextModel
 from imagesvc.search.vectors import VectorIndex
 from tests.parts import missing_part
 
@@ -113,8 +114,8 @@ def test_an_english_query_fills_minilms_columns_only(pair: TextModel) -> None:
         "Drache, der seinen eigenen Schwanz frisst",  # German: e5 alone, no gloss
         "衔尾蛇",
         "draco caudam suam devorans",  # Latin, glossed: e5 with its gloss
-        "serpente che si morde la coda",  # Italian, glossed: USE would read it too with e5+use, MiniLM does not
-        "أفعى تبتلع ذيلها",  # Arabic: glossed with e5+minilm (e5+use leaves it to USE)
+        "serpente che si morde la coda",  # Italian, glossed
+        "أفعى تبتلع ذيلها",  # Arabic, glossed
     ],
 )
 def test_any_other_query_fills_e5s_columns_only(pair: TextModel, query: str) -> None:
@@ -136,7 +137,7 @@ def test_a_query_only_minilm_read_is_scored_on_minilms_cosines() -> None:
     query = np.zeros(768, np.float32)
     query[384:] = rows[3, 384:]  # b's second passage, in MiniLM's columns
     for prefilter in (None, 1):  # every passage scored, and the two steps of a large index
-        passages = Passages.of(index, prefilter_from=prefilter, split=info.split, second_directions=0)
+        passages = Passages.of(index, prefilter_from=prefilter, split=info.split)
         scores = passages.dense(rows, query, info)
         want = [max(rows[n, 384:] @ query[384:] for n in (2 * k, 2 * k + 1)) for k in range(3)]
         assert np.allclose(scores, want, atol=1e-6), (scores, want)  # MiniLM's cosines are the common scale
@@ -153,7 +154,7 @@ def test_a_large_pair_index_scores_each_models_part_from_its_own_columns() -> No
     rows[:, :384] /= np.linalg.norm(rows[:, :384], axis=1, keepdims=True)
     rows[:, 384:] /= np.linalg.norm(rows[:, 384:], axis=1, keepdims=True)
     index = VectorIndex(ids, [""] * len(ids), rows, info.key)
-    large = Passages.of(index, prefilter_from=1, split=info.split, second_directions=0)
+    large = Passages.of(index, prefilter_from=1, split=info.split)
     exact = Passages.of(index, prefilter_from=10**9, split=info.split)
     for part in (slice(0, 384), slice(384, 768)):
         vector = np.zeros(768, np.float32)

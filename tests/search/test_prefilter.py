@@ -48,7 +48,7 @@ def test_the_product_is_numpys_for_every_layout_and_refuses_rows_out_of_range() 
 
 
 def test_two_models_columns_are_scored_each_by_its_own_best_passage() -> None:
-    """``e5+use`` rows hold two models' vectors side by side; a query's two parts (each zero outside its columns) get
+    """``e5+minilm`` rows hold two models' vectors side by side; a query's two parts (each zero outside its columns) get
     each one's best passage per illustration, which may be two different passages, and the prefilter keeps it."""
     rng = np.random.default_rng(11)
     n, first, second = 60_000, 32, 48
@@ -71,43 +71,6 @@ def test_two_models_columns_are_scored_each_by_its_own_best_passage() -> None:
     assert np.allclose(exact[1], full.best(matrix[:, first:] @ b[first:]), atol=1e-5)
 
 
-def test_the_second_models_means_kept_in_their_leading_directions() -> None:
-    """``SECOND_DIRECTIONS``: the second model's mean passages are kept in their leading directions, so the first
-    step reads fewer columns; a query's second part is read in the same directions and the first model's block stays
-    whole. Where the means span no more directions than are kept, nothing is lost: the same scores for every
-    illustration; where they span more, the first step's scores change."""
-    rng = np.random.default_rng(13)
-    n, first, second, span = 60_000, 32, 48, 8
-    matrix = rng.standard_normal((3 * n, first + second), dtype=np.float32)
-    basis, _ = np.linalg.qr(rng.standard_normal((second, span)))  # the second model's rows in an 8-d subspace
-    matrix[:, first:] = rng.standard_normal((3 * n, span)).astype(np.float32) @ basis.T.astype(np.float32)
-    matrix[:, :first] /= np.linalg.norm(matrix[:, :first], axis=1, keepdims=True)
-    matrix[:, first:] /= np.linalg.norm(matrix[:, first:], axis=1, keepdims=True)
-    index = VectorIndex([f"ill-{k // 3}" for k in range(3 * n)], [""] * (3 * n), matrix, "test")
-    # the means in float32: what is compared here is the directions, not the one-byte codes (test_products.py)
-    whole = Passages.of(index, split=first, second_directions=0, codes=False)
-    narrow = Passages.of(index, split=first, second_directions=span, codes=False)
-    fewer = Passages.of(index, split=first, second_directions=span // 2, codes=False)
-    assert whole.second_basis is None and whole.second_means is not None and whole.second_means.shape[1] == second
-    assert narrow.second_basis is not None and narrow.second_basis.shape == (second, span)
-    assert narrow.second_means is not None and narrow.second_means.shape == (n, span)
-    assert narrow.means is not None and narrow.means.shape == (n, first)  # the first block is never narrowed
-    for _ in range(10):
-        target = int(rng.integers(0, 3 * n))
-        a, b = np.zeros(first + second, np.float32), np.zeros(first + second, np.float32)
-        a[:first], b[first:] = matrix[target, :first], matrix[target, first:]
-        assert np.allclose(narrow._mean_scores(b), whole._mean_scores(b), atol=1e-4)
-        assert not np.allclose(fewer._mean_scores(b), whole._mean_scores(b), atol=1e-2)  # half of them: not so
-        exact, quick = whole.score_parts(matrix, [a, b]), narrow.score_parts(matrix, [a, b])
-        assert np.allclose(quick[0], exact[0], atol=1e-5) and np.allclose(quick[1], exact[1], atol=1e-4)
-    # a damaged index (a row of NaN) or one with fewer illustrations than directions is read whole, not refused
-    matrix[5, first:] = np.nan
-    damaged = Passages.of(index, split=first, second_directions=span)
-    assert damaged.second_basis is not None and np.isfinite(damaged.second_basis).all()
-    small = VectorIndex([f"ill-{k // 3}" for k in range(30)], [""] * 30, matrix[:30].copy(), "test")
-    assert Passages.of(small, prefilter_from=0, split=first, second_directions=span + 10).second_basis is None
-
-
 def test_the_row_product_leaves_faiss_thread_setting_as_it_was() -> None:
     """The product by row index runs on one OpenMP thread (a team of spinning threads doubled its CPU time), and
     the calling thread's own setting is put back: another faiss user on the thread still gets its team."""
@@ -122,11 +85,9 @@ def test_the_row_product_leaves_faiss_thread_setting_as_it_was() -> None:
         faiss.omp_set_num_threads(before)
 
 
-def test_one_damaged_row_costs_only_its_own_illustration_when_the_means_are_narrowed() -> None:
-    """Hostile index: one passage's vector is NaN (a damaged or badly embedded row). With the second model's means
-    kept whole, only that illustration loses its score; kept in their leading directions, the directions are taken
-    from every mean, so that one row must not stop the index from loading (it raised LinAlgError) nor spoil the
-    scores of the others."""
+def test_one_damaged_row_costs_only_its_own_illustration() -> None:
+    """Hostile index: one passage's vector is NaN (a damaged or badly embedded row): only that illustration loses
+    its score, in either model's columns."""
     rng = np.random.default_rng(23)
     n, first, second = 300, 16, 24
     matrix = rng.standard_normal((3 * n, first + second), dtype=np.float32)
@@ -134,11 +95,9 @@ def test_one_damaged_row_costs_only_its_own_illustration_when_the_means_are_narr
     matrix[:, first:] /= np.linalg.norm(matrix[:, first:], axis=1, keepdims=True)
     matrix[7] = np.nan  # illustration 2's second passage
     index = VectorIndex([f"ill-{k // 3}" for k in range(3 * n)], [""] * (3 * n), matrix, "test")
-    whole = Passages.of(index, prefilter_from=1, split=first, second_directions=0)
-    narrow = Passages.of(index, prefilter_from=1, split=first, second_directions=first // 2)
+    whole = Passages.of(index, prefilter_from=1, split=first)
     target = 3 * 100  # illustration 100's first passage, asked in each model's columns alone
     a, b = np.zeros(first + second, np.float32), np.zeros(first + second, np.float32)
     a[:first], b[first:] = matrix[target, :first], matrix[target, first:]
-    for passages in (whole, narrow):
-        for scores in passages.score_parts(matrix, [a, b]):
-            assert int(np.nanargmax(scores)) == 100 and np.isfinite(np.delete(scores, 2)).all()
+    for scores in whole.score_parts(matrix, [a, b]):
+        assert int(np.nanargmax(scores)) == 100 and np.isfinite(np.delete(scores, 2)).all()

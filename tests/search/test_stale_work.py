@@ -18,8 +18,9 @@ import pytest
 from imagesvc.catalog import Catalog
 from imagesvc.catalog import writes as w
 from imagesvc.search.block_index import sync_blocks
-from imagesvc.search.dense import TEXT_FOLDER, StaleWork, shared_model, sync_text_index, text_rows
+from imagesvc.search.dense import TEXT_FOLDER, StaleWork, sync_text_index, text_rows
 from imagesvc.search.engine import SearchEngine
+from imagesvc.search.text_models import shared_model
 from imagesvc.search.vectors import VectorIndex, save_index
 from tests.library import copy_library, settings_for
 
@@ -61,7 +62,7 @@ def folder(demo_library: dict[str, Any], tmp_path: Path) -> Path:
 
 async def test_embedding_for_a_replaced_snapshot_stops_and_leaves_no_folder(folder: Path) -> None:
     catalog = Catalog(folder / "catalog.sqlite3")
-    settings = settings_for(folder, text_model="minilm", search_wait=0)
+    settings = settings_for(folder, text_model="e5", search_wait=0)
     engine = SearchEngine(settings, catalog, data_dir=folder)
     assert await engine.dense.ready() is False  # answers at once; the embedding goes on in a worker thread
     await asyncio.sleep(1)  # the model loads and the first batch is embedded
