@@ -54,6 +54,7 @@ LABELS = {
 # Upload search (an image as the query) arrives with the search issue: when search_images takes an image argument,
 # an image is never carried in a URL: search by image is its own form, posting to /search-by-image.
 UPLOAD_ARGUMENT = "image"
+WHOLE_BOOK = 1000  # maxPerBook for a listing of one book, or of every picture of every book
 
 
 def _schema() -> dict[str, Any]:
@@ -91,6 +92,14 @@ def form_fields(args: dict[str, Any], choices: dict[str, list[tuple[str, str]]])
     return out
 
 
+def _with(request: web.Request, **changes: Any) -> str:
+    """This page's URL with ``changes`` to its query (and from the first result again)."""
+    query = {k: v for k, v in request.query.items() if v != "" and k != "offset"} | {
+        k: str(v) for k, v in changes.items()
+    }
+    return str(request.rel_url.with_query(query))
+
+
 def _page_link(request: web.Request, offset: int) -> str:
     query = {k: v for k, v in request.query.items() if v != "" and k != "offset"}
     if offset:
@@ -125,12 +134,19 @@ async def home(request: web.Request) -> web.Response:
     """``GET /``: gallery search with filters, a grid of results, paging; the URL holds the whole query."""
     services, call = request.app[SERVICES], tool_call(request)
     args = search_args(request)
+    asked = dict(args)
+    if "book_id" in args and "maxPerBook" not in args:
+        args["maxPerBook"] = WHOLE_BOOK  # a Book filter shows that book's pictures, not the first few
     result = await tools.call(services, "search_images", args, call)
     choices = await _choices(request)
     offset, limit = result["offset"], result["limit"]
+    capped = "maxPerBook" not in args and not args.get("like")
     context = {
         "title": "Search the illustrations",
-        "fields": form_fields(args, choices),
+        "fields": form_fields(asked, choices),
+        "more_filters": any(k in asked for k in FILTERS if k != "query"),
+        "per_book": _schema()["maxPerBook"]["default"] if capped else None,
+        "all_per_book_link": _with(request, maxPerBook=WHOLE_BOOK) if capped else None,
         "upload": upload_form({}, choices),
         "args": args,
         "result": result,

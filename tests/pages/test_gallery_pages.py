@@ -52,8 +52,7 @@ async def test_results_are_the_gallery_tools_results_in_order(client: TestClient
     html = await page.text()
     assert api["items"], "the demo library has furnaces"
     assert card_ids(html) == [item["id"] for item in api["items"]]
-    scores = [e.attrs["value"] for e in parse(html).all("data")]
-    assert [float(s) for s in scores] == [item["similarity"] for item in api["items"]]
+    assert not parse(html).all("data")  # raw scores are for the API, not for readers
     assert f"1–{len(api['items'])} of {api['total']} pictures" in parse(html).one("p", cls="count").text
 
 
@@ -201,3 +200,21 @@ async def test_search_by_image_from_the_page_finds_every_printing_of_a_woodcut(
     assert shown == wanted and len(wanted) == 3 and shown <= titles
     empty = await client.post("/search-by-image", data=aiohttp.FormData({"other": "x"}), headers=HTML)
     assert empty.status == 400 and empty.content_type == "text/html"  # told in a page, not a JSON error
+
+
+async def test_a_book_filter_shows_the_whole_book_and_the_cap_says_so(client: TestClient) -> None:
+    book = "demo-speculum-fornacum"
+    listed = await (await client.get("/api/gallery", params={"book": book, "maxPerBook": "1000"})).json()
+    html = await (await client.get("/", params={"book": book}, headers=HTML)).text()
+    doc = parse(html)
+    assert len(card_ids(html)) == min(listed["total"], 20)  # not 3: every picture of the book, a page at a time
+    assert f"of {listed['total']} pictures" in doc.one("p", cls="count").text
+    assert doc.one("details", cls="more-filters").attrs.get("open") is not None  # a filter is set: shown
+    everything = parse(await (await client.get("/", headers=HTML)).text())
+    note = everything.one("p", cls="count")
+    assert "At most 3 from each book" in note.text
+    link = next(a for a in everything.all("a") if a.text == "show every picture")
+    full = parse(await (await client.get(link.attrs["href"], headers=HTML)).text())
+    api_all = await (await client.get("/api/gallery", params={"maxPerBook": "1000"})).json()
+    assert f"of {api_all['total']} pictures" in full.one("p", cls="count").text
+    assert everything.one("details", cls="more-filters").attrs.get("open") is None  # no filter: folded away
