@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/visible_mark.py [--pages 210] [--seed 48] [--ocr] [--rebake 6]``.
 
-On generated display-tier pages whose text or plates run to the edges (``benchmarks/edge_pages.py``: full pages,
+On generated display-tier pages whose text or plates run to the edges (``fixtures/edge_pages.py``: full pages,
 narrow margins, spreads, right-to-left, tall plates, marginalia, ordinary margins), for today's reference (the
 full-width band at the foot, as drawn before this placement) and the placement in ``imaging/placement.py``:
 the share of the clean page's ink pixels (40 grey levels or more below the paper, its 90th percentile) that the
@@ -28,7 +28,7 @@ from dataclasses import replace
 import numpy as np
 from PIL import Image, ImageOps
 
-from benchmarks.edge_pages import KINDS, pages
+from fixtures.edge_pages import KINDS, pages
 from imagesvc.imaging import MarkSpec, TierSpec
 from imagesvc.imaging import marks as m
 from imagesvc.imaging.placement import PLACEMENT, MarkPlacement
@@ -79,10 +79,10 @@ def _edit_distance(a: str, b: str) -> int:
 def mark_crop(marked: Image.Image, clean_size: tuple[int, int], placement: m.Placement) -> Image.Image:
     """The mark's box cut from a marked display tier, upright."""
     width, height = clean_size
-    if placement.edge == "strip":
-        return marked.crop((0, height, width, marked.height))
+    if placement.edge == "strip":  # the band, past the page's edge repeated to the next block boundary
+        return marked.crop((0, m._block_end(height), width, marked.height))
     if placement.edge == "strip-right":
-        return marked.crop((width, 0, marked.width, height)).transpose(Image.Transpose.ROTATE_270)
+        return marked.crop((m._block_end(width), 0, marked.width, height)).transpose(Image.Transpose.ROTATE_270)
     left, top, right, bottom = placement.box
     crop = marked.crop((round(left * width), round(top * height), round(right * width), round(bottom * height)))
     if placement.edge == "right":
@@ -177,6 +177,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=48)
     parser.add_argument("--ocr", action="store_true")
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--sweep-pages", type=int, default=70)
     parser.add_argument("--rebake", type=int, default=0)
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus; python {platform.python_version()}")
@@ -185,18 +186,22 @@ def main() -> None:
     started = time.perf_counter()
     report(measure(args.pages, args.seed, PLACEMENT, args.ocr), args.ocr)
     print(f"({time.perf_counter() - started:.0f} s)")
-    if args.sweep:
+    if args.sweep:  # on the first --sweep-pages pages, without OCR
         for change in (
+            {},  # the chosen constants
             {"ink_delta": 24},
             {"ink_delta": 64},
             {"guard": 0.0, "guard_min_px": 0},
             {"min_font_share": 0.6},
             {"paper_percentile": 75.0},
         ):
-            found = measure(args.pages, args.seed, replace(PLACEMENT, **change), False)
+            found = measure(args.sweep_pages, args.seed, replace(PLACEMENT, **change), False)
             over = sum(p > 0.001 for p in found["placed"])
             margins = sum(not e.startswith("strip") for e in found["edge"])
-            print(f"sweep {change}: max {100 * max(found['placed']):.4f}%, over 0.1%: {over}, in a margin: {margins}")
+            print(
+                f"sweep {change}: max {100 * max(found['placed']):.4f}%, over 0.1%: {over}, in a margin: {margins},"
+                f" smallest font {min(found['font']):.0f} px"
+            )
     if args.rebake:
         rebake_rate(args.rebake, args.seed)
 

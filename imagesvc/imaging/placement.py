@@ -20,8 +20,10 @@ class MarkPlacement:
     ``tests/imaging/test_mark_placement.py``."""
 
     detect_side: int = 500  # content is found on a grid of at most this many cells along the longer side
-    paper_percentile: float = 90.0  # the paper's grey level: this percentile of the page's grey levels
-    ink_delta: int = 40  # a cell holding a pixel darker than the paper by more than this is content
+    paper_percentile: float = 90.0  # the paper's colour: the median of the pixels at this grey percentile and above
+    paper_min: int = 120  # ... and is paper only if no channel of it is darker than this
+    paper_chroma: int = 90  # ... nor its channels further apart than this (an orange plate is not paper)
+    ink_delta: int = 40  # a cell holding a pixel off the paper's colour by more than this (in a channel) is content
     guard: float = 0.012  # clear space kept between content and the mark, as a share of the page's shorter side
     guard_min_px: int = 16  # ... and never less than one JPEG block row (4:2:0) of the tier it is planned on
     font_per_width: float = 0.014  # the nominal font size, px per px of page width: 20 px on a 1400 px display
@@ -98,21 +100,29 @@ def _as_bottom(grid: np.ndarray, edge: str) -> np.ndarray:
 
 
 def find_content(img: Image.Image, params: MarkPlacement = PLACEMENT) -> Content:
-    """Find ``img``'s content (text, ink, plates: anything darker than the paper) and grow it by the guard.
+    """Find ``img``'s content (text, ink, plates: anything whose colour is off the paper's) and grow it by the guard.
 
-    Each grid cell takes its darkest pixel, so a hairline or a faint marginal note in it counts as content; the
-    paper's level is a high percentile of the page's grey levels (a plate that bleeds to every edge is content
-    everywhere). Deterministic.
+    The paper's colour is taken from the page's lightest part (its grey levels at ``params.paper_percentile`` and
+    above); a pixel is content when a channel differs from it by more than ``params.ink_delta``, so dark ink and
+    light coloured fills of a plate count alike. Each grid cell takes its most different pixel, so a hairline or a
+    faint marginal note in it counts; a plate that bleeds to every edge is content everywhere. Deterministic.
     """
     width, height = img.size
+    rgb = np.asarray(img.convert("RGB"), dtype=np.int16)
     grey = np.asarray(img.convert("L"), dtype=np.int16)
+    sample, tones = grey[::3, ::3], rgb[::3, ::3]
+    light = sample >= np.percentile(sample, params.paper_percentile)
+    paper = np.median(tones[light], axis=0).astype(np.int16)
+    if int(paper.min()) < params.paper_min or int(paper.max() - paper.min()) > params.paper_chroma:
+        # The page's lightest part is no paper (a plate of dark or strong colour to every edge): all is content.
+        return Content(np.ones((1, 1), dtype=bool), max(width, height), width, height)
+    off = np.abs(rgb - paper).max(axis=2)
     cell = max(1, math.ceil(max(width, height) / params.detect_side))
     rows, cols = math.ceil(height / cell), math.ceil(width / cell)
-    padded = np.full((rows * cell, cols * cell), 255, dtype=np.int16)
-    padded[:height, :width] = grey
-    darkest = padded.reshape(rows, cell, cols, cell).min(axis=(1, 3))
-    paper = float(np.percentile(grey[::3, ::3], params.paper_percentile))
-    content = darkest < paper - params.ink_delta
+    padded = np.zeros((rows * cell, cols * cell), dtype=np.int16)
+    padded[:height, :width] = off
+    most = padded.reshape(rows, cell, cols, cell).max(axis=(1, 3))
+    content = most > params.ink_delta
     guard_px = max(params.guard_min_px, params.guard * min(width, height))
     reach = math.ceil(guard_px / cell)
     grown = Image.fromarray(content.astype(np.uint8) * 255).filter(ImageFilter.MaxFilter(2 * reach + 1))

@@ -53,9 +53,9 @@ def test_rebake_redraws_marks_and_ingest_agrees(demo_library: dict[str, Any], tm
     new_key, new = _display(data, slug, 2)
     assert new_key != old_key
     assert not (data / "store" / old_key).exists()  # the old marked copy is gone
-    band = int(old.shape[0] * 0.92)
-    assert np.abs(new[:band] - old[:band]).mean() < 1.0  # the page is the same
-    assert np.abs(new[band:] - old[band:]).mean() > 2.0  # the mark is not
+    assert new.shape == old.shape  # the demo pages have margins: the mark sits in one
+    changed = np.abs(new - old) > 8
+    assert 0.001 < changed.mean() < 0.12  # the mark's text changed, in its box; the page is the same
     again = run_ingest(demo_library["manifest"], renamed)
     rendered_elsewhere = again.pages_rendered
     assert rendered_elsewhere == 19  # only the three other books (7 + 6 + 6 pages with images) are re-marked
