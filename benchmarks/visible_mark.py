@@ -10,6 +10,7 @@ marked page, encoded as a public tier, changes by more than 24 grey levels; wher
 each mark back with tesseract from the display tier re-encoded at JPEG quality 70 (the box cut out, turned upright,
 inverted to dark on light and doubled in size) and scores character accuracy against the text drawn. ``--sweep``
 tries other placement constants. ``--rebake N`` times ``marks.rebake`` of N pages at a 12-megapixel full tier.
+``--screenshots docs`` writes the example images of docs/provenance.md instead.
 Nothing is asserted.
 """
 
@@ -24,14 +25,16 @@ import statistics
 import subprocess
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageOps
 
-from fixtures.edge_pages import KINDS, pages
+from fixtures.edge_pages import KINDS, page, pages
 from imagesvc.imaging import MarkSpec, TierSpec
 from imagesvc.imaging import marks as m
 from imagesvc.imaging.placement import PLACEMENT, MarkPlacement
+from imagesvc.imaging.renditions import render_page
 from imagesvc.imaging.tiers import decode, encode_jpeg, fit_size, resize_to
 
 SPEC = TierSpec()
@@ -111,8 +114,8 @@ def ocr_accuracy(crop: Image.Image, lines: tuple[str, ...]) -> float:
 
 def measure(n: int, seed: int, params: MarkPlacement, ocr: bool) -> dict[str, list]:
     out: dict[str, list] = {"kind": [], "reference": [], "placed": [], "edge": [], "ocr": [], "font": []}
-    for kind, page in pages(n, seed):
-        clean = jpeg(page)
+    for kind, generated in pages(n, seed):
+        clean = jpeg(generated)
         placement = m.plan_mark(clean, MARK, params)
         assert placement is not None
         marked = jpeg(m.draw_mark(clean, placement))
@@ -149,11 +152,11 @@ def report(found: dict[str, list], ocr: bool) -> None:
 def rebake_rate(n: int, seed: int) -> None:
     """Seconds per page of ``marks.rebake`` (decode, plan, draw, encode: full, display, thumb) on this one core."""
     cleans = []
-    for _kind, page in pages(n, seed + 1):
-        full = page.resize(
-            (3000, round(3000 * page.height / page.width))
-            if page.width < page.height
-            else (4200, round(4200 * page.height / page.width)),
+    for _kind, generated in pages(n, seed + 1):
+        full = generated.resize(
+            (3000, round(3000 * generated.height / generated.width))
+            if generated.width < generated.height
+            else (4200, round(4200 * generated.height / generated.width)),
             Image.Resampling.BICUBIC,
         )
         display = resize_to(full, fit_size(*full.size, SPEC.display))
@@ -171,6 +174,26 @@ def rebake_rate(n: int, seed: int) -> None:
     )
 
 
+def write_screenshots(folder: Path, seed: int) -> None:
+    """The marked display tier (through ``render_page``) of a full page, a narrow-margin page and an illustration cut
+    from a plate to its edges, and the same full page with the faint mark, as JPEGs in ``folder``."""
+    plate = page("plate", seed)
+    shots = {
+        "mark-full-page.jpg": (page("full", seed), [], MARK),
+        "mark-narrow-margin.jpg": (page("narrow", seed), [], MARK),
+        "mark-illustration.jpg": (plate, [(0.1, 0.1, 0.8, 0.45)], MARK),
+        "mark-margin.jpg": (page("ordinary", seed), [], MARK),
+        "faint-mark-example.jpg": (page("ordinary", seed), [], replace(MARK, faint=True)),
+    }
+    for name, (shown, boxes, mark) in shots.items():
+        rendered = render_page(encode_jpeg(shown, 92), SPEC, mark, boxes)
+        public = rendered.illustrations[0].public if boxes else rendered.public
+        img = decode(public["display"].data, SPEC)[1]
+        img.thumbnail((1100, 1100), Image.Resampling.LANCZOS)  # half the display tier: the docs' size
+        img.save(folder / name, "JPEG", quality=85)
+        print(f"wrote {folder / name} ({img.width}x{img.height})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pages", type=int, default=210)
@@ -179,7 +202,11 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--sweep-pages", type=int, default=70)
     parser.add_argument("--rebake", type=int, default=0)
+    parser.add_argument("--screenshots", type=Path, help="only write the example images into this folder")
     args = parser.parse_args()
+    if args.screenshots:
+        write_screenshots(args.screenshots, args.seed)
+        return
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus; python {platform.python_version()}")
     if args.ocr and not shutil.which("tesseract"):
         raise SystemExit("--ocr needs tesseract (Debian: tesseract-ocr)")

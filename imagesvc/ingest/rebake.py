@@ -78,12 +78,41 @@ def _rebake_call(
     return out
 
 
+async def _remark(
+    gate: asyncio.Semaphore,
+    store: ObjectStore,
+    pool: Executor,
+    book_id: str,
+    number: int,
+    iid: str | None,
+    rows: dict[str, dict[str, Any]],
+    mark: MarkSpec,
+    spec: TierSpec,
+    provenance: Provenance | None,
+) -> list[tuple[tuple[str, str], str, str, tuple[int, tuple[int, int]], str]]:
+    """Re-mark and store one page's or illustration's public tiers.
+
+    Returns ``((owner, tier), key, sha256, (bytes, size), old key)`` per tier."""
+    # The clean full tier holds the native size (the public one may carry a strip outside the page).
+    full = rows["full"]
+    native = max(full["clean_width"] or full["width"], full["clean_height"] or full["height"])
+    async with gate:
+        done = await _rebake_owner(store, pool, rows, mark, spec, native, provenance)
+        out = []
+        for tier, sha, data, size in done:
+            key = public_key(book_id, number, tier, sha, iid)
+            await write_immutable(store, key, data, "image/jpeg")
+            out.append(((rows[tier]["owner"], tier), key, sha, (len(data), size), rows[tier]["public_key"]))
+        return out
+
+
 async def rebake_marks(
     *, settings: Any, catalog: Catalog, store: ObjectStore, pool: Executor, books: list[str] | None = None
 ) -> RebakeSummary:
     """Re-mark every page and illustration of ``books`` (ids or slugs; all live books when None)."""
     spec = tier_spec(settings)
     summary = RebakeSummary()
+    gate = asyncio.Semaphore(2 * max(1, settings.workers))
     targets = [catalog.find_book(b) for b in books] if books else catalog.list_books(limit=10**9, offset=0)[0]
     for book in targets:
         if book is None:
@@ -91,6 +120,7 @@ async def rebake_marks(
         old_keys: set[str] = set()
         updates: list[tuple[str, str, str, str, int, tuple[int, int]]] = []  # owner, tier, key, sha, bytes, size
         derivations: list[tuple[str, str]] = []
+        jobs = []
         illus_by_page: dict[str, list[dict[str, Any]]] = {}
         for ill in catalog.book_illustrations(book["id"]):
             illus_by_page.setdefault(ill["page_id"], []).append(ill)
@@ -113,21 +143,17 @@ async def rebake_marks(
             owners = [page["id"], *(i["id"] for i in illus)]
             tiers = catalog.renditions(owners)
             for owner in owners:
-                # The clean full tier holds the native size (the public one may carry a strip below the page).
-                full = tiers[owner]["full"]
-                native = max(full["clean_width"] or full["width"], full["clean_height"] or full["height"])
                 iid = None if owner == page["id"] else owner
-                for tier, sha, data, size in await _rebake_owner(
-                    store, pool, tiers[owner], mark, spec, native, provenance
-                ):
-                    key = public_key(book["id"], page["number"], tier, sha, iid)
-                    await write_immutable(store, key, data, "image/jpeg")
-                    old = tiers[owner][tier]["public_key"]
-                    old_keys.add(old)
-                    summary.renditions += 1
-                    summary.changed += old != key
-                    updates.append((owner, tier, key, sha, len(data), size))
+                jobs.append(
+                    _remark(gate, store, pool, book["id"], page["number"], iid, tiers[owner], mark, spec, provenance)
+                )
             derivations.append((derivation, page["id"]))
+        for done in await asyncio.gather(*jobs):  # the pool's workers all busy, a bounded number of images held
+            for owner_tier, key, sha, size, old in done:
+                old_keys.add(old)
+                summary.renditions += 1
+                summary.changed += old != key
+                updates.append((*owner_tier, key, sha, *size))
         with catalog.transaction() as conn:
             conn.executemany(
                 "UPDATE renditions SET public_key = ?, sha256 = ?, bytes = ?, width = ?, height = ?"
