@@ -5,7 +5,6 @@ ones ``benchmarks/visible_mark.py`` chose."""
 from __future__ import annotations
 
 import io
-import os
 import shutil
 import subprocess
 
@@ -20,6 +19,7 @@ from imagesvc.imaging.placement import PLACEMENT, MarkPlacement
 from imagesvc.imaging.renditions import render_page
 from imagesvc.imaging.tiers import decode, encode_jpeg
 from tests.imaging.helpers import MARK
+from tests.parts import missing_part
 
 SPEC = TierSpec()
 
@@ -42,8 +42,8 @@ def test_the_placement_constants_are_the_benchmarked_ones() -> None:
         MarkPlacement(
             detect_side=500,
             paper_percentile=90.0,
-        paper_min=120,
-        paper_chroma=90,
+            paper_min=120,
+            paper_chroma=90,
             ink_delta=40,
             guard=0.012,
             guard_min_px=16,
@@ -100,9 +100,7 @@ def test_a_narrow_tall_plate_gets_its_strip_beside_it_saying_everything() -> Non
 def _tesseract() -> str:
     found = shutil.which("tesseract")
     if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("tesseract is missing (scripts/install-system-deps.sh installs tesseract-ocr)")
-        pytest.skip("tesseract is not installed (Debian package tesseract-ocr; scripts/install-system-deps.sh)")
+        missing_part("tesseract is not installed (Debian: tesseract-ocr; scripts/install-system-deps.sh installs it)")
     return found
 
 
