@@ -1,7 +1,8 @@
 """Benchmark tier derivation on a generated 24-megapixel JPEG against vipsthumbnail and naive Pillow, in one run.
 
 Run: ``.venv/bin/python benchmarks/tiers.py [--repeat N]``. Prints medians, ratios and PSNR; nothing is asserted.
-``--mark-example docs/mark-example.jpg`` writes the example of a marked display tier instead.
+``--mark-example PATH`` writes an example of a marked display tier instead (the examples in docs/provenance.md
+come from ``benchmarks/visible_mark.py --screenshots docs``).
 """
 
 from __future__ import annotations

@@ -147,11 +147,11 @@ def _upsert_book_pages(conn: sqlite3.Connection, book_id: str, items: list[PageR
     index.index_pages(conn, book_id, [(page["number"], page) for page, _, _ in items])
     conn.executemany(
         "INSERT INTO renditions (owner, tier, clean_key, public_key, width, height, bytes, sha256,"
-        " clean_bytes, clean_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " clean_bytes, clean_sha256, clean_width, clean_height) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 *(owner, tier, r["clean_key"], r["public_key"], r["width"], r["height"], r["bytes"], r["sha256"]),
-                *(r.get("clean_bytes"), r.get("clean_sha256")),
+                *(r.get("clean_bytes"), r.get("clean_sha256"), r.get("clean_width"), r.get("clean_height")),
             )
             for _, renditions, _ in items
             for owner, tiers in renditions.items()

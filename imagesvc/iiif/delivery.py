@@ -116,7 +116,16 @@ async def resolve_source(services: Services, call: Call, identifier: str, *, cle
             continue
         key = full.key if name == "full" else (await locate_image(services, call, tier=name, clean=clean, **where)).key
         row = rows[name]
-        tiers.append(SourceTier(key=key, width=row["width"], height=row["height"], sha256=row["sha256"]))
+        # A marked tier may be taller than the clean one (a mark strip below the page): each source says its own size.
+        width, height = (
+            (row["clean_width"] or row["width"], row["clean_height"] or row["height"])
+            if clean
+            else (
+                row["width"],
+                row["height"],
+            )
+        )
+        tiers.append(SourceTier(key=key, width=width, height=height, sha256=row["sha256"]))
     license_url = book_row.get("license") or ""
     return IiifSource(
         identifier,

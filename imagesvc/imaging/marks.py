@@ -1,19 +1,36 @@
-"""Visible provenance marks: a translucent band along the bottom edge naming the site, citation URL and institution,
-and optionally a faint diagonal mark across the whole page that cropping the band off does not remove."""
+"""Visible provenance marks naming the site, citation URL and institution, never over the page's content: a
+translucent box in the largest free margin (``imaging/placement.py`` finds it), or an opaque strip added below the
+page where no margin holds it; and optionally a faint diagonal mark across the whole page (an operator's choice
+that, unlike the box, does cross the content)."""
 
 from __future__ import annotations
 
 import math
 import unicodedata
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
 from imagesvc.imaging import MarkSpec, TierSpec
+from imagesvc.imaging.placement import EDGES, PLACEMENT, MarkPlacement, find_content
 from imagesvc.imaging.tiers import decode, encode_jpeg, rejecting
 
-__all__ = ["MIN_FONT", "apply_faint_mark", "apply_mark", "mark_lines", "rebake", "sanitize"]
+__all__ = [
+    "MIN_FONT",
+    "Placement",
+    "apply_faint_mark",
+    "apply_mark",
+    "draw_mark",
+    "mark_lines",
+    "mark_tier",
+    "marked_size",
+    "plan_for",
+    "plan_mark",
+    "rebake",
+    "sanitize",
+]
 
 _FONT_PATHS = (
     Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"),
@@ -21,9 +38,8 @@ _FONT_PATHS = (
 )
 MIN_FONT = 10
 _MAX_FONT = 120
-_FONT_PER_WIDTH = 0.014  # font px per image px: 28 px on a 2000 px display tier
-_MAX_BAND = 0.12  # the mark never covers more than this share of the image (height for a full-width band)
-_BAND_RGBA = (0, 0, 0, 100)
+_BAND_RGBA = (0, 0, 0, 100)  # a mark in a margin: translucent over paper
+_STRIP_RGBA = (40, 40, 40, 255)  # a strip outside the page: opaque, plainly not part of the page
 _TEXT_RGBA = (255, 255, 255, 235)
 _STROKE_RGBA = (0, 0, 0, 150)
 # Characters Pillow would draw as boxes or that could hide text: controls, format (incl. tag characters), surrogates,
@@ -68,18 +84,14 @@ def _width(text: str, font: Font, stroke: int) -> float:
     return font.getlength(text) + 2 * stroke
 
 
-def _layout(lines: list[str], nominal: int, width: int, height: int, floor: int) -> int | None:
-    """The largest font size in [floor, nominal] at which ``lines`` fit the width and the band limit, else None."""
-    size = nominal
-    while size >= floor:
-        font = _font(size)
-        stroke = max(1, size // 14)
-        fits_width = max(_width(line, font, stroke) for line in lines) <= width - 2 * size
-        band = len(lines) * round(size * 1.3) + size
-        if fits_width and band <= height * _MAX_BAND:
-            return size
-        size -= max(1, size // 12)
-    return None
+def _stroke(size: int) -> int:
+    return max(1, size // 14)
+
+
+def _box(lines: list[str], size: int) -> tuple[int, int]:
+    """The (length, depth) in px of a mark box holding ``lines`` at font ``size``, a font size of padding around."""
+    length = math.ceil(max(_width(line, _font(size), _stroke(size)) for line in lines)) + 2 * size + 2
+    return length, len(lines) * round(size * 1.3) + size
 
 
 def _truncate(text: str, font: Font, stroke: int, room: float) -> str:
@@ -90,92 +102,215 @@ def _truncate(text: str, font: Font, stroke: int, room: float) -> str:
     return text.rstrip() + "…" if text else ""
 
 
-def _overlay(lines: list[str], size: int, width: int) -> Image.Image:
-    """A translucent box ``width`` px wide holding ``lines`` centred at font ``size``."""
-    font, stroke = _font(size), max(1, size // 14)
-    lines = [_truncate(line, font, stroke, width - 2 * size) for line in lines]
+def _overlay(
+    lines: tuple[str, ...], size: int, length: int, depth: int, rgba: tuple[int, int, int, int]
+) -> Image.Image:
+    """A ``length`` x ``depth`` box filled with ``rgba`` holding ``lines`` centred at font ``size`` (shortened with an
+    ellipsis where they do not fit)."""
+    size = max(1, size)
+    # Another tier's box, scaled from the planned one, may round a little short for its font: shrink the type by a
+    # few px before shortening the text.
+    least = max(1, size - max(2, size // 8))
+    while size > least and max(_width(line, _font(size), _stroke(size)) for line in lines) > length - 2 * size:
+        size -= 1
+    font, stroke = _font(size), _stroke(size)
+    shown = [_truncate(line, font, stroke, length - 2 * size) for line in lines]
     line_height = round(size * 1.3)
-    overlay = Image.new("RGBA", (width, len(lines) * line_height + size), _BAND_RGBA)
+    overlay = Image.new("RGBA", (max(1, length), max(1, depth)), rgba)
     draw = ImageDraw.Draw(overlay)
-    y = size / 2 + line_height / 2
-    for line in lines:
+    y = depth / 2 - line_height * (len(shown) - 1) / 2
+    for line in shown:
         draw.text(
-            (width / 2, y), line, font=font, fill=_TEXT_RGBA, anchor="mm", stroke_width=stroke, stroke_fill=_STROKE_RGBA
+            (length / 2, y),
+            line,
+            font=font,
+            fill=_TEXT_RGBA,
+            anchor="mm",
+            stroke_width=stroke,
+            stroke_fill=_STROKE_RGBA,
         )
         y += line_height
     return overlay
 
 
-def _compact(variants: list[list[str]], width: int, height: int, nominal: int) -> Image.Image | None:
-    """For plates too short for a full-width band: a box just wide enough for its text in the bottom-right corner,
-    turned upright along the right edge on tall narrow plates; None when no legible box fits the area share."""
-    room = _MAX_BAND * width * height
-    for lines in reversed(variants):  # the shortest text first: it leaves room for the largest type
+@dataclass(frozen=True)
+class Placement:
+    """Where one page's mark goes, in shares of the page's width and height, so that every tier of the page (and a
+    later rebake from any one clean tier) draws it in the same place at the same relative size.
+
+    ``edge`` is the margin the box sits in (``bottom``, ``top``, ``right``, ``left``), or ``strip`` (a band added
+    below the page: the page's pixels are all kept, the image grows by ``strip`` x width) or ``strip-right`` (the
+    same beside a page too narrow for the text below it).
+    """
+
+    edge: str
+    lines: tuple[str, ...]
+    font: float  # font size / page width
+    box: tuple[float, float, float, float]  # left, top, right, bottom / (width, height, width, height); margins only
+    strip: float = 0.0  # the band's depth / page width; strips only
+
+
+def _candidates(mark: MarkSpec) -> list[list[str]]:
+    """Layouts that say everything (site, citation URL, institution), in order of preference."""
+    site, url, institution = sanitize(mark.site), sanitize(mark.citation_url), sanitize(mark.institution)
+    credit = f"digitized by {institution}" if institution else ""
+    head = " · ".join(part for part in (site, url) if part)
+    variants = [[" · ".join(p for p in (head, credit) if p)], [head, credit], [site, url, credit]]
+    unique: list[list[str]] = []
+    for lines in variants:
+        lines = [line for line in lines if line]
+        if lines and lines not in unique:
+            unique.append(lines)
+    return unique
+
+
+def plan_mark(img: Image.Image, mark: MarkSpec, params: MarkPlacement = PLACEMENT) -> Placement | None:
+    """Where ``mark`` goes on ``img`` (a tier of the page, best its clean display tier): the largest font, from the
+    nominal size down to ``params.min_font_share`` of it, at which a layout saying everything fits a margin free of
+    content (the foot, the head, the right, the left margin, in that order, with the fewest lines; nearest each
+    edge's middle), its box never over ``params.max_area`` of the page; else a strip outside the page
+    (``_strip_plan``). None when nothing drawable is left of the mark. Deterministic.
+    """
+    variants = _candidates(mark)
+    if not variants:
+        return None
+    width, height = img.size
+    nominal = max(MIN_FONT, min(_MAX_FONT, round(width * params.font_per_width)))
+    floor = max(MIN_FONT, round(nominal * params.min_font_share))
+    content = find_content(img, params)
+    size = nominal
+    while size >= floor:
+        for edge, lines in ((edge, lines) for edge in EDGES for lines in variants):
+            length, depth = _box(lines, size)
+            if length * depth > params.max_area * width * height:
+                continue
+            found = content.fit(edge, length, depth)
+            if found is not None:
+                left, top, right, bottom = found
+                box = (left / width, top / height, right / width, bottom / height)
+                return Placement(edge, tuple(lines), size / width, box)
+        size -= max(1, size // 12)
+    return _strip_plan(variants, width, height, nominal)
+
+
+def _strip_plan(variants: list[list[str]], width: int, height: int, nominal: int) -> Placement:
+    """The band outside the page: below it, in the layout with fewest lines that fits the width at the nominal font
+    (or smaller, down to ``MIN_FONT``); beside it (``strip-right``, reading upwards) where no layout fits the width
+    of a page taller than wide; the text shortened with an ellipsis only past that."""
+    for edge, span in (("strip", width), ("strip-right", height)):
         size = nominal
         while size >= MIN_FONT:
-            stroke = max(1, size // 14)
-            box_w = round(max(_width(line, _font(size), stroke) for line in lines)) + 2 * size
-            box_h = len(lines) * round(size * 1.3) + size
-            if box_w * box_h <= room:
-                if box_w <= width and box_h <= height:
-                    return _overlay(lines, size, box_w)
-                if box_h <= width and box_w <= height:
-                    return _overlay(lines, size, box_w).transpose(Image.Transpose.ROTATE_90)
+            for lines in variants:
+                length, depth = _box(lines, size)
+                if length <= span:
+                    return Placement(edge, tuple(lines), size / width, (0.0, 0.0, 0.0, 0.0), depth / width)
             size -= max(1, size // 12)
-    return None
-
-
-def apply_mark(img: Image.Image, mark: MarkSpec, *, in_place: bool = False) -> Image.Image:
-    """Return RGB ``img`` with the mark drawn in a translucent band along its bottom edge (a copy unless
-    ``in_place``, which spares a full-size copy of large tiers).
-
-    The font scales with the width (``MIN_FONT`` to 120 px); text that does not fit is wrapped, then shortened to the
-    site and URL, then to the site alone, then truncated with an ellipsis. The mark never covers more than
-    ``_MAX_BAND`` of the image area, whatever its aspect ratio: fold-outs and scrolls too short for a full-width band
-    get a box the size of the text in a corner (upright along the edge of tall ones), and an image too small for a
-    legible box (a few px high) gets none. Deterministic for a given font file.
-    """
-    out = img if in_place and img.mode == "RGB" else img.convert("RGB") if img.mode != "RGB" else img.copy()
-    if mark.faint:
-        out = apply_faint_mark(out, mark)
-    width, height = out.size
-    nominal = max(MIN_FONT, min(_MAX_FONT, round(width * _FONT_PER_WIDTH)))
-    variants = mark_lines(mark)
-    if not variants:  # nothing drawable was left after sanitising
-        return out
-    overlay = None
-    for index, lines in enumerate(variants):
-        last = index == len(variants) - 1
-        fitted = _layout(lines, nominal, width, height, MIN_FONT if last else max(MIN_FONT, round(nominal * 0.7)))
-        if fitted is not None:
-            overlay = _overlay(lines, fitted, width)
+        if height <= width:
             break
-    if overlay is None:
-        overlay = _compact(variants, width, height, nominal)
-        if overlay is None:
-            return out
-    box = (width - overlay.width, height - overlay.height, width, height)
-    band = Image.alpha_composite(out.crop(box).convert("RGBA"), overlay).convert("RGB")
-    out.paste(band, box[:2])
+    lines = variants[-1]
+    return Placement("strip", tuple(lines), MIN_FONT / width, (0.0, 0.0, 0.0, 0.0), _box(lines, MIN_FONT)[1] / width)
+
+
+def marked_size(size: tuple[int, int], placement: Placement | None) -> tuple[int, int]:
+    """The pixel size of a tier of ``size`` once marked as ``placement`` says."""
+    width, height = size
+    if placement is None or not placement.edge.startswith("strip"):
+        return width, height
+    depth = max(1, round(placement.strip * width))
+    if placement.edge == "strip-right":
+        return _block_end(width) + depth, height
+    return width, _block_end(height) + depth
+
+
+def _block_end(side: int) -> int:
+    """``side`` rounded up to a whole JPEG block (16 px with 4:2:0): the strip starts there, so no block of the
+    encoded page mixes page pixels with the band's."""
+    return -(-side // 16) * 16
+
+
+def _add_strip(page: Image.Image, placement: Placement, size: int) -> Image.Image:
+    """``page`` with its mark in a strip outside it: the page's last row (or column) repeated to the next block
+    boundary, then an opaque band."""
+    width, height = page.size
+    grown = Image.new("RGB", marked_size(page.size, placement))
+    grown.paste(page, (0, 0))
+    if placement.edge == "strip-right":
+        if pad := _block_end(width) - width:
+            grown.paste(page.crop((width - 1, 0, width, height)).resize((pad, height)), (width, 0))
+        depth = grown.width - _block_end(width)
+        band = _overlay(placement.lines, size, height, depth, _STRIP_RGBA).transpose(Image.Transpose.ROTATE_90)
+        grown.paste(band.convert("RGB"), (_block_end(width), 0))
+        return grown
+    if pad := _block_end(height) - height:
+        grown.paste(page.crop((0, height - 1, width, height)).resize((width, pad)), (0, height))
+    depth = grown.height - _block_end(height)
+    grown.paste(_overlay(placement.lines, size, width, depth, _STRIP_RGBA).convert("RGB"), (0, _block_end(height)))
+    return grown
+
+
+def draw_mark(img: Image.Image, placement: Placement | None, *, in_place: bool = False) -> Image.Image:
+    """Return RGB ``img`` (any tier of the page ``placement`` was planned on) with the mark drawn: in its margin box
+    (a translucent band, light text), or in a strip added outside the page. A copy unless ``in_place`` (margins
+    only: a strip makes a new image)."""
+    out = img if in_place and img.mode == "RGB" else img.convert("RGB") if img.mode != "RGB" else img.copy()
+    if placement is None:
+        return out
+    width, height = out.size
+    size = max(1, round(placement.font * width))
+    if placement.edge.startswith("strip"):
+        return _add_strip(out, placement, size)
+    left, top, right, bottom = placement.box
+    box = (round(left * width), round(top * height), round(right * width), round(bottom * height))
+    across, deep = box[2] - box[0], box[3] - box[1]
+    if placement.edge in ("bottom", "top"):
+        overlay = _overlay(placement.lines, size, across, deep, _BAND_RGBA)
+    else:
+        upright = _overlay(placement.lines, size, deep, across, _BAND_RGBA)
+        turn = Image.Transpose.ROTATE_90 if placement.edge == "right" else Image.Transpose.ROTATE_270
+        overlay = upright.transpose(turn)
+    patch = Image.alpha_composite(out.crop(box).convert("RGBA"), overlay).convert("RGB")
+    out.paste(patch, box[:2])
     return out
 
 
-def rebake(
-    clean_display_or_full: bytes, mark: MarkSpec, spec: TierSpec, *, native_longest_side: int | None = None
-) -> bytes:
-    """Re-mark a clean tier: decode it, draw ``mark``, encode with the pinned JPEG settings.
+def apply_mark(img: Image.Image, mark: MarkSpec, *, in_place: bool = False) -> Image.Image:
+    """Return RGB ``img`` with ``mark`` planned on and drawn into it (``plan_mark``, ``draw_mark``); the faint
+    diagonal mark first where ``mark.faint`` asks for it. A copy unless ``in_place``."""
+    out = img if in_place and img.mode == "RGB" else img.convert("RGB") if img.mode != "RGB" else img.copy()
+    return mark_tier(out, mark, plan_mark(out, mark), in_place=True)
 
-    Gives the same bytes as the public tier ``render_page`` made from this clean tier. Whether a mark is drawn
-    follows ``spec.mark_min_side`` applied to ``native_longest_side`` (the page's or crop's native longest side,
-    needed for thumbs) or, when omitted, to this tier's own size; unmarked tiers come back unchanged.
+
+def rebake(
+    clean: dict[str, bytes], mark: MarkSpec, spec: TierSpec, *, native_longest_side: int | None = None
+) -> dict[str, bytes]:
+    """Re-mark the clean tiers of one page or illustration (``{tier: JPEG bytes}``, its display tier among them):
+    plan the mark on the display tier, draw it on each, encode with the pinned JPEG settings.
+
+    Gives the same bytes as the public tiers ``render_page`` made from these clean tiers. Whether a mark is drawn
+    follows ``spec.mark_min_side`` applied to ``native_longest_side`` (the page's or crop's native longest side) or,
+    when omitted, to the largest tier's size; unmarked tiers come back unchanged.
     Raises ``ImageRejected`` when the bytes cannot be decoded.
     """
-    _, img = decode(clean_display_or_full, spec)
-    longest = native_longest_side if native_longest_side is not None else max(img.size)
+    decoded = {tier: decode(data, spec)[1] for tier, data in clean.items()}
+    longest = native_longest_side if native_longest_side is not None else max(max(i.size) for i in decoded.values())
     if longest < spec.mark_min_side:
-        return clean_display_or_full
+        return dict(clean)
     with rejecting("cannot mark the image"):
-        return encode_jpeg(apply_mark(img, mark), spec.quality)
+        placement = plan_for(decoded["display"], mark)
+        return {tier: encode_jpeg(mark_tier(img, mark, placement), spec.quality) for tier, img in decoded.items()}
+
+
+def plan_for(display: Image.Image, mark: MarkSpec) -> Placement | None:
+    """The one placement of a page's mark, planned on its clean display tier's decoded pixels."""
+    return plan_mark(display, mark)
+
+
+def mark_tier(img: Image.Image, mark: MarkSpec, placement: Placement | None, *, in_place: bool = False) -> Image.Image:
+    """One tier of a page marked as ``placement`` says (with the faint mark first where ``mark.faint`` asks)."""
+    if mark.faint:
+        img = apply_faint_mark(img.convert("RGB"), mark)
+        in_place = True
+    return draw_mark(img, placement, in_place=in_place)
 
 
 _FAINT_ANGLE = 30  # degrees: rising to the right, across the lines of text rather than along them

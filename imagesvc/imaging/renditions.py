@@ -9,7 +9,7 @@ from PIL import Image
 
 from imagesvc.imaging import IllustrationRenditions, MarkSpec, PageRenditions, Rendition, TierSpec
 from imagesvc.imaging.hashing import perceptual_hashes
-from imagesvc.imaging.marks import apply_mark
+from imagesvc.imaging.marks import mark_tier, plan_for
 from imagesvc.imaging.refusals import refused
 from imagesvc.imaging.tiers import (
     decode,
@@ -82,13 +82,18 @@ def _tiers(
     if mark is None or max(width, height) < spec.mark_min_side:
         return clean, dict(clean), thumb
     public: dict[str, Rendition] = {}
+    # One placement for every tier, planned on the clean display tier as a rebake will see it.
+    shown = decode(clean["display"].data, spec)[1]
+    placement = plan_for(shown, mark)
     for tier in ("display", "thumb"):
-        marked = apply_mark(decode(clean[tier].data, spec)[1], mark, in_place=True)
+        pixels = shown if tier == "display" else decode(clean[tier].data, spec)[1]
+        marked = mark_tier(pixels, mark, placement, in_place=True)
         public[tier] = make_rendition(tier, encode_jpeg(marked, spec.quality), marked.size)
+    del shown, pixels, marked
     if not full_pixels_exact:
         del full  # before the clean full is decoded: never two full-size images at once
         full = decode(clean_full, spec)[1]
-    full = apply_mark(full, mark, in_place=True)
+    full = mark_tier(full, mark, placement, in_place=True)
     public["full"] = make_rendition("full", encode_jpeg(full, spec.quality), full.size)
     return clean, {tier: public[tier] for tier in clean}, thumb
 

@@ -18,15 +18,12 @@ from imagesvc.imaging.refusals import NOT_HELD, REASONS, reason_of, refused
 from imagesvc.ingest.context import IngestContext
 from imagesvc.ingest.manifest import Manifest
 from imagesvc.ingest.objects import FORMAT_EXT, master_key, store_renditions
-from imagesvc.ingest.work import Refusal, digest, file_sha256
+from imagesvc.ingest.work import DERIVATION_VERSION, Refusal, digest, file_sha256, page_derivation
 from imagesvc.provenance.ingest import page_provenance
 
 __all__ = ["DERIVATION_VERSION", "BookJob"]
 
 log = logging.getLogger("imagesvc.ingest.pipeline")  # the ingest run's one logger, wherever its parts live
-
-# Bump when tier or mark rendering changes in a way that should re-derive every page.
-DERIVATION_VERSION = 2
 
 
 class BookJob:
@@ -144,7 +141,7 @@ class BookJob:
                 return row, {}, []
             bboxes = [(b["x"], b["y"], b["width"], b["height"]) for b in (i["bbox"] for i in illus_meta)]
             mark = self.mark_for(number)
-            derivation = digest(DERIVATION_VERSION, self.master_sha[number], asdict(ctx.spec), mark, bboxes)
+            derivation = page_derivation(self.master_sha[number], ctx.spec, mark, bboxes)
             reused = self._reuse(pid, derivation, len(illus_meta))
             if reused is not None:
                 renditions, hashes, prev = reused

@@ -102,6 +102,8 @@ async def store_renditions(
                 "sha256": p.sha256,
                 "clean_bytes": len(c.data),
                 "clean_sha256": c.sha256,
+                "clean_width": c.width,
+                "clean_height": c.height,
             }
 
     add(pid, result.clean, result.public, None)

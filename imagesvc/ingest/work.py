@@ -91,3 +91,15 @@ def file_sha256(path: Path) -> str:
 
 def digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# Bump when tier or mark rendering changes in a way that should re-derive every page. 3: marks never cover content.
+DERIVATION_VERSION = 3
+
+
+def page_derivation(master_sha256: str, spec: TierSpec, mark: MarkSpec, bboxes: Any) -> str:
+    """The digest of everything one page's tiers are derived from; ingest reuses, and a rebake skips, a page whose
+    stored digest equals it. The faint mark counts only when on, so turning it off leaves earlier digests as they were
+    (a rebake still redraws the pages it was drawn on)."""
+    faint = ["faint"] if mark.faint else []
+    return digest(DERIVATION_VERSION, master_sha256, asdict(spec), mark, bboxes, *faint)

@@ -62,11 +62,18 @@ def _tiers(services: Services, tiers: dict[str, Any], clean: bool) -> dict[str, 
         if r is None:
             continue
         entry: dict[str, Any] = {
-            "width": r["width"],
-            "height": r["height"],
+            # The page's pixels; the marked copy is larger where its mark went in a strip below the page.
+            "width": r["clean_width"] or r["width"],
+            "height": r["clean_height"] or r["height"],
             # The public tier is stored signed (C2PA at ingest, salted): its digest is of the image without that
             # manifest, the content its immutable URL names; bytes is the stored file's size.
-            "marked": {"bytes": r["bytes"], "content_sha256": r["sha256"], "url": services.image_url(r["public_key"])},
+            "marked": {
+                "bytes": r["bytes"],
+                "content_sha256": r["sha256"],
+                "url": services.image_url(r["public_key"]),
+                "width": r["width"],
+                "height": r["height"],
+            },
         }
         if clean:  # clean copies only for keys that may fetch them
             entry["clean"] = {"bytes": r["clean_bytes"], "sha256": r["clean_sha256"]}

@@ -32,9 +32,15 @@ def test_each_hostile_master_gets_its_outcome(case: hostile.Case) -> None:
     page = render_page(case.data, SPEC, MARK, [])
     assert (page.width, page.height) == case.size
     for tier, longest in (("full", max(case.size)), ("display", 2000), ("thumb", 300)):
-        img = pixels(page.public[tier].data)
-        assert max(img.size) == min(longest, max(case.size)), tier
-        assert (img.width >= img.height) == (case.size[0] >= case.size[1]), tier
+        # The page's own size (the clean rendition's record: a full tier copied from a JPEG master keeps its EXIF
+        # orientation in its bytes); the public tier is that, upright, or larger by a mark strip outside the page.
+        size = (page.clean[tier].width, page.clean[tier].height)
+        assert max(size) == min(longest, max(case.size)), tier
+        assert (size[0] >= size[1]) == (case.size[0] >= case.size[1]), tier
+        public = pixels(page.public[tier].data)
+        assert public.size == (page.public[tier].width, page.public[tier].height), tier
+        assert public.width >= size[0] and public.height >= size[1], tier
+        assert public.width == size[0] or public.height == size[1], tier
 
 
 def test_a_15000_square_jpeg_header_over_800x600_of_data_is_refused_without_allocating() -> None:
