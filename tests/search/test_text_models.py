@@ -125,7 +125,7 @@ def test_an_arabic_query_is_glossed_with_e5_alone_and_not_with_use_beside_it() -
     assert np.allclose(pair.query(query), pair._model.queries([query])[0], atol=1e-6)
     fresh = Glossary()
     fresh.load(pair.glossed)
-    assert "ar" not in fresh._lexicons and "la" in fresh._lexicons
+    assert "ar" not in fresh._readers and "la" in fresh._readers
 
 
 @pytest.mark.usefixtures("old_cpu")
