@@ -50,7 +50,7 @@ def main() -> int:
     print(f"English word list: {time.process_time() - cpu:.2f} s CPU, RSS +{rss_mb() - before:.1f} MB")
     for code in glossary.languages:
         before, wall, cpu = rss_mb(), time.perf_counter(), time.process_time()
-        glossary._lexicon(code)
+        glossary._reader(code)
         print(
             f"{code} lexicon: load {time.perf_counter() - wall:.2f} s wall, {time.process_time() - cpu:.2f} s CPU, "
             f"RSS +{rss_mb() - before:.1f} MB"

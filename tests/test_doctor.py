@@ -43,10 +43,10 @@ def test_the_embedded_default_passes_with_warnings(
 def test_a_language_without_its_dictionary_is_a_warning_that_says_how_to_add_it(
     demo_library: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from imagesvc.search import glosses
+    from imagesvc.search import dictionaries
 
     data = copy_library(demo_library["data"], tmp_path / "data")
-    monkeypatch.setattr(glosses, "ARABIC_FOLDERS", (tmp_path / "no-dictionary",))
+    monkeypatch.setattr(dictionaries, "ARABIC_FOLDERS", (tmp_path / "no-dictionary",))
     code, found = _doctor(monkeypatch, capsys, data_dir=str(data), session_secret="s")
     assert code == 0  # a warning: Arabic queries are still searched, by the model alone
     finding = found["query glosses"]

@@ -43,6 +43,8 @@ NOT_ENGLISH = [
     "a mão de Deus",  # Portuguese
     "do mar",
     "sol et luna",
+    "the drago and the serpente",  # English glue, Italian words: under two thirds of the words are English
+    "a Schlange with the Drache",
     "fornax",  # Latin words that the English list also has, and nothing more English
     "serpens",
     "נחש הבולע את זנבו",

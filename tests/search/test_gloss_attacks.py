@@ -201,16 +201,28 @@ def test_a_query_with_letters_arabic_does_not_have_is_not_read_as_arabic(glossar
     assert found is None or found.language != "ar", found
 
 
-def test_a_long_latin_word_is_not_looked_up_cut_by_cut(glossary: Glossary, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each cut of a Latin word is a dictionary probe over a slice of it (quadratic in its length: 1.2 s for one word
-    of 100,000 letters): words longer than any lexicon's are no forms, and are not parsed at all."""
-    latin = glossary._lexicon("la")
-    assert latin is not None
+@pytest.mark.parametrize(("code", "query"), [("la", "rosa alba"), ("he", "שושן לבן"), ("ar", WHITE_LILY)])
+def test_a_long_word_is_never_given_to_simplemma(
+    glossary: Glossary, monkeypatch: pytest.MonkeyPatch, code: str, query: str
+) -> None:
+    """simplemma's chain splits an unknown word into parts and probes each (affixes, compounds): work that grows with
+    the word. Words longer than any dictionary's (lemmas.LONGEST_WORD, 40 letters) are no forms, and never reach it;
+    the others do."""
+    reader = glossary._reader(code)
+    assert reader is not None
     asked: list[int] = []
-    real = latin.parses
-    monkeypatch.setattr(latin, "parses", lambda word: asked.append(len(word)) or real(word))
-    glossary.gloss("a" * 100_000 + " rosa alba")
-    assert asked and max(asked) <= glosses.LONGEST_WORD, max(asked)
+    strategy = reader.lemmas._strategy
+
+    class Counting:
+        def get_lemma(self, word: str, language: str) -> str | None:
+            asked.append(len(word))
+            return strategy.get_lemma(word, language)
+
+    monkeypatch.setattr(reader.lemmas, "_strategy", Counting())
+    letter = {"la": "a", "he": "ש", "ar": "ب"}[code]
+    glossary.gloss(letter * 100_000 + " " + query)
+    glossary.gloss(" ".join([letter * 41] * 40))  # one letter past the bound (40): written out, so that it holds it
+    assert asked and max(asked) == len(max(query.split(), key=len)), max(asked)
 
 
 # --- over HTTP -------------------------------------------------------------------------------------------------------
@@ -314,9 +326,9 @@ async def test_the_search_page_escapes_the_gloss_and_the_query(
     """A dictionary sense with markup in it (FreeDict's have none today; a changed package might) is shown as text,
     and so is the query's own markup beside an Arabic reading."""
     evil = Glossary(("ar",))
-    lexicon = evil._lexicon("ar")
-    assert isinstance(lexicon, glosses._Arabic)
-    lexicon.senses = {**lexicon.senses, "زنبقه": '<script>alert("gloss")</script>&<b>'}
+    reader = evil._reader("ar")
+    assert reader is not None
+    reader.tables = [{**reader.tables[0], "زنبقه": '<script>alert("gloss")</script>&<b>'}]
     monkeypatch.setattr(glosses, "_shared", evil)
     q = f"<script>alert(1)</script> {WHITE_LILY} {WHITE_LILY} {LILY}"
     _status, _kind, text = await _get(site, "/api/gallery", q)
