@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-__all__ = ["LONGEST_WORD", "Lemmas", "lemma", "lemmas", "plain"]
+__all__ = ["LONGEST_WORD", "SIMPLEMMA_SERIES", "Lemmas", "check_simplemma", "lemma", "lemmas", "plain"]
 
 LONGEST_WORD = 40  # letters: longer is no word of any dictionary here, and is never looked up (bounded work)
 _TATWEEL = "\u0640"  # a letter's stretch, no letter
@@ -78,6 +78,21 @@ class _Blob(Sequence[bytes]):
         return self._data[self._starts[index] : self._starts[index + 1]]
 
 
+SIMPLEMMA_SERIES = "2.0."  # the release whose private stream reader ``_Forms`` uses (pyproject pins it)
+
+
+def check_simplemma() -> None:
+    """Refuse, naming the fix, a simplemma whose private data format ``_Forms`` was not written for."""
+    from importlib.metadata import version
+
+    found = version("simplemma")
+    if not found.startswith(SIMPLEMMA_SERIES):
+        raise RuntimeError(
+            f"simplemma {found} is installed; imagesvc/search/lemmas.py reads the private data format of simplemma "
+            f"{SIMPLEMMA_SERIES}x: install that (pyproject pins it) or update _Forms"
+        )
+
+
 class _Forms(Mapping[str, str]):
     """One language's forms -> lemmas as simplemma ships them: its sorted, front-coded stream, kept as it is, and
     where every ``_BLOCK``-th record starts with what decoding it needs (the record before it), in flat arrays. A
@@ -85,6 +100,7 @@ class _Forms(Mapping[str, str]):
     index as ~40,000 Python tuples for Latin (~10 MB); here it is ~2 MB."""
 
     def __init__(self, language: str) -> None:
+        check_simplemma()
         from simplemma.strategies.dictionaries import frontcode  # the format's reader (simplemma 2.0)
         from simplemma.strategies.dictionaries.dictionary_factory import _read_decompressed
 

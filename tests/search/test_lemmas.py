@@ -69,3 +69,13 @@ def test_the_compact_index_answers_as_simplemmas_own_dictionary(language: str) -
     assert next(iter(forms)) == next(iter(whole))
     with pytest.raises(KeyError):
         forms["zzqxv-not-a-form"]
+
+
+def test_simplemma_is_the_release_whose_private_format_lemmas_reads() -> None:
+    """lemmas._Forms reads simplemma's private stream format: another release fails here, loudly, not in a worker."""
+    from importlib.metadata import version
+
+    from imagesvc.search.lemmas import SIMPLEMMA_SERIES, check_simplemma
+
+    assert version("simplemma").startswith(SIMPLEMMA_SERIES), "check lemmas._Forms against this simplemma"
+    check_simplemma()
