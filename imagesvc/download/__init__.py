@@ -24,6 +24,7 @@ import datetime as dt
 import fnmatch
 import hashlib
 import json
+import logging
 import os
 import re
 import signal
@@ -96,7 +97,7 @@ class Run:
     journal: Journal
     http: Http
     log: Any
-    quiet: bool
+    quiet: bool  # no progress line
     suffix: str
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     failures: list[str] = field(default_factory=list)
@@ -113,7 +114,8 @@ class Run:
     started: float = field(default_factory=time.monotonic)
 
     def say(self, text: str) -> None:
-        if not self.quiet:
+        """On stderr (also under --json, whose summary is on stdout; not under --quiet) and in the --log file."""
+        if not self.args.quiet:
             sys.stderr.write(f"\n{text}\n")
             sys.stderr.flush()
         if self.log is not None:
@@ -187,7 +189,7 @@ async def _listing(run: Run, book: str | None) -> list[Page]:
         seen.add(cursor)
 
 
-async def _select(run: Run) -> list[Page]:
+async def _select(run: Run, withdrawn: set[str]) -> list[Page]:
     """The pages the command line selects (books, globs, list, collection or all; then --from/--to). A book that
     cannot be listed is a failure; the others go on."""
     args = run.args
@@ -211,6 +213,8 @@ async def _select(run: Run) -> list[Page]:
         try:
             pages += await _listing(run, name)
         except Refused as exc:
+            if exc.status == 404 and name in withdrawn:
+                continue  # withdrawn since the bag's point: reported as such, not as a failure
             run.failures.append(f"{name}: {exc}")
             run.say(f"failed: {name}: {exc}")
     unique = {(p.slug, p.number): p for p in pages}
@@ -411,6 +415,7 @@ def _finish(run: Run, base: str, point: int | None) -> None:
     """Write the bag's tag files from the journal (digests of the bytes on disk) and validate it with bagit."""
     import bagit
 
+    logging.getLogger("bagit").setLevel(logging.WARNING)  # a line per file checked is not news
     dest = run.journal.dest
     entries = sorted(run.journal.files.values(), key=lambda e: e["path"])
     (dest / "bagit.txt").write_bytes(b"BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n")
@@ -544,28 +549,32 @@ async def _main(args: argparse.Namespace, run_box: list[Run]) -> int:
     withdrawn: list[str] = []
     removed: list[str] = []
     jobs: list[Job] = []
+    pages: list[Page] = []
     valid = False
     async with http:
         try:
             if args.verify:
                 listed = None
                 if args.books or args.all or args.list or args.collection:
-                    pages = await _select(run)
+                    pages = await _select(run, set())
                     listed = {(p.slug, p.number): p.digest for p in pages if p.image}
                 problems, counts = _verify(journal, listed)
                 summary = {"dest": str(dest), "outcome": "verified" if not problems else "failures", **counts,
                            "requests": http.requests, "problems": problems}  # fmt: skip
                 _report(run, summary, problems, "verified" if not problems else "failures")
                 return EXIT["complete" if not problems else "failures"]
-            newest, activities = await feed.since(http, journal.point if journal.existed else None)
-            point = newest
-            pages = await _select(run)
-            run.listed = {(p.slug, p.number): p.digest for p in pages}
+            activities: list[feed.Activity] = []
+            try:
+                point, activities = await feed.since(http, journal.point if journal.existed else None)
+            except Refused as exc:  # the listing's digests still say what changed; the point stays where it was
+                run.say(f"the change feed could not be read ({exc}): withdrawn books are not reported this run")
             latest: dict[str, str] = {}
             for activity in activities:
                 if activity.slug:
                     latest[activity.slug] = activity.kind
             withdrawn = sorted(s for s, kind in latest.items() if kind == "Delete" and s in journal.books())
+            pages = await _select(run, set(withdrawn))
+            run.listed = {(p.slug, p.number): p.digest for p in pages}
             jobs = _plan(run, pages)
         except BudgetSpent as exc:
             run.budget = exc
@@ -573,7 +582,7 @@ async def _main(args: argparse.Namespace, run_box: list[Run]) -> int:
             run.failures.append(str(exc))
             run.say(f"failed: {exc}")
         if args.dry_run:
-            return _dry_run(run, jobs, pages if jobs or run.selected else [], pacer)
+            return _dry_run(run, jobs, pages, pacer)
         for slug in withdrawn:
             run.say(
                 f"withdrawn from the library: {slug}" + (" (removed from the bag)" if args.remove_withdrawn else "")
