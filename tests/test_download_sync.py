@@ -16,7 +16,7 @@ from imagesvc.catalog import Catalog
 from imagesvc.catalog.writes import restore_book, withdraw_book
 from tests.http.keys import new_key
 from tests.test_download import _download, _env, _journal
-from tests.test_download_unattended import Live, _finish, _pages, live  # noqa: F401 (the fixture)
+from tests.test_download_unattended import Live, _finish, live_fixture  # noqa: F401 (the fixture)
 
 SPECULUM, GART, MINES = "demo-speculum-fornacum", "demo-gart-der-kreuter", "demo-traite-des-mines"
 
@@ -127,7 +127,7 @@ async def test_a_missing_bagit_is_said_before_anything_is_fetched(tmp_path: Path
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c", code, env=_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
-        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=60)
     finally:
         await server.close()
     assert proc.returncode == 2 and asked == [], (err.decode(), asked)

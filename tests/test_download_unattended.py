@@ -34,8 +34,8 @@ class Live:
     data: Path
 
 
-@pytest.fixture
-async def live(demo_library: dict, tmp_path: Path) -> AsyncIterator[Live]:
+@pytest.fixture(name="live")
+async def live_fixture(demo_library: dict, tmp_path: Path) -> AsyncIterator[Live]:
     data = copy_library(demo_library["data"], tmp_path / "data")
     server = TestServer(build_app(settings_for(data)), host="127.0.0.1")
     await server.start_server()
@@ -96,7 +96,13 @@ async def proxy(live: Live) -> AsyncIterator[tuple[str, Faults]]:
 
 
 async def _finish(proc: asyncio.subprocess.Process, timeout: float = 240) -> tuple[int, dict, str]:
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout)
+    """Exit status, JSON summary and stderr of a run; one still going after ``timeout`` s is killed (a failure)."""
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(f"still running after {timeout} s: killed") from None
     assert proc.returncode is not None
     return proc.returncode, json.loads(out) if out.strip() else {}, err.decode()
 
@@ -198,5 +204,8 @@ async def test_a_second_ctrl_c_aborts_a_run_waiting_on_a_stalled_stream(
         code, _, err = await _finish(proc, timeout=30)
     finally:
         faults.stall.set()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
     assert code == 130, err
     assert "aborted" in err

@@ -11,6 +11,7 @@ pauses every worker, capped at ``max_wait`` seconds. It runs on the event loop: 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections import deque
@@ -70,10 +71,8 @@ class Pacer:
             self.starts.append(self.clock())
             return
         if not self._first.is_set():
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._first.wait(), timeout=30)
-            except TimeoutError:
-                pass
         while (delay := self.delay()) > 0:
             await asyncio.sleep(min(delay, 1.0))
 

@@ -347,13 +347,16 @@ def _page_of(run: Run, slug: str, name: str, first: int, last: int) -> int:
     return int(match[1])
 
 
+def _have(run: Run, slug: str, page: int) -> bool:
+    """Whether the bag holds ``page`` as the listing has it now (or the page has no image)."""
+    entry = run.journal.files.get(run.path(slug, page))
+    current = entry is not None and entry.get("listing") == run.listed.get((slug, page))
+    return current or (slug, page) in run.journal.unavailable
+
+
 def _next_missing(run: Run, job: Job, first: int) -> int:
     page = first
-    while page <= job.last and (
-        run.path(job.slug, page) in run.journal.files
-        and run.journal.files[run.path(job.slug, page)].get("listing") == run.listed.get((job.slug, page))
-        or (job.slug, page) in run.journal.unavailable
-    ):
+    while page <= job.last and _have(run, job.slug, page):
         page += 1
     return page
 
@@ -666,8 +669,9 @@ def _report(run: Run, summary: dict[str, Any], failures: list[str], outcome: str
         print(json.dumps(summary, indent=2))
     elif "fetched" in summary:
         s = summary
+        bag = "valid bag" if s["valid"] else "NOT a valid bag"
         print(
-            f"{s['images']}/{s['expected']} images in {s['dest']} ({'valid bag' if s['valid'] else 'NOT a valid bag'}): "
+            f"{s['images']}/{s['expected']} images in {s['dest']} ({bag}): "
             f"{s['fetched']} fetched ({s['changed']} changed), {s['skipped']} already there, {s['left']} left, "
             f"{len(failures)} failed; {s['units_billed']} image units billed; {s['requests']} requests"
         )
