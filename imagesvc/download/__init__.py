@@ -506,8 +506,9 @@ def _bagit_missing() -> str | None:
 
 
 async def _main(args: argparse.Namespace, run_box: list[Run]) -> int:
-    key = args.key or os.environ.get("IMAGESVC_KEY")
-    if not key:
+    key = args.key or os.environ.get("IMAGESVC_KEY") or ""
+    local_verify = args.verify and not (args.books or args.list or args.all or args.collection)
+    if not key and not local_verify:
         print("imagesvc download: a key is needed (--key or IMAGESVC_KEY)", file=sys.stderr)
         return EXIT["usage"]
     missing = _bagit_missing()
@@ -543,6 +544,7 @@ async def _main(args: argparse.Namespace, run_box: list[Run]) -> int:
     )  # fmt: skip
     suffix = f"-{args.tier}{'-clean' if args.clean else ''}.jpg"
     run = Run(args, journal, http, log, quiet, suffix)
+    run.stopping = http.stopping
     run_box.append(run)
     for leftover in journal.leftovers:
         run.say(f"removed a partial file left by an earlier run: {leftover}")

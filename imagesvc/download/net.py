@@ -14,6 +14,7 @@ transient failures retried.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 from collections.abc import AsyncIterator, Callable
@@ -93,6 +94,7 @@ class Http:
         self._timeout = aiohttp.ClientTimeout(total=None, connect=timeout, sock_connect=timeout, sock_read=timeout)
         self._connections = connections
         self.session: aiohttp.ClientSession | None = None
+        self.stopping = asyncio.Event()  # set by the caller to cut a backoff short
 
     async def __aenter__(self) -> Http:
         connector = aiohttp.TCPConnector(limit=self._connections, limit_per_host=self._connections)
@@ -114,7 +116,8 @@ class Http:
         cause = f"Retry-After {told:.0f} s, capped at {self.max_wait:.0f}" if told is not None else "backoff"
         self.say(f"{what}: {failure}; retry {attempt} of {self.retries} in {wait:.1f} s ({cause})")
         self.retried += 1
-        await asyncio.sleep(wait)
+        with contextlib.suppress(TimeoutError):  # a Ctrl-C meanwhile ends the wait
+            await asyncio.wait_for(self.stopping.wait(), timeout=wait)
 
     @asynccontextmanager
     async def get(self, path: str, params: dict[str, Any] | None = None) -> AsyncIterator[aiohttp.ClientResponse]:
