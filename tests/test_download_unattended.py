@@ -111,7 +111,6 @@ def _pages(dest: Path) -> list[str]:
     return [e["path"] for e in _journal(dest) if "path" in e and not e.get("removed")]
 
 
-@pytest.mark.slow
 async def test_a_stream_cut_again_and_again_resumes_at_the_page_it_stopped_and_completes(
     live: Live, proxy: tuple[str, Faults], tmp_path: Path
 ) -> None:
