@@ -88,8 +88,6 @@ async def test_names_from_a_hostile_server_never_write_outside_the_bag(
 # ---------------------------------------------------------------------------------------------------------------------
 # A server that answers as the test says: redirects, endless or looping listings, members no archive route sends.
 
-Handler = Callable[[web.Request], "asyncio.Future[web.StreamResponse]"]
-
 
 @pytest.fixture
 async def serve() -> AsyncIterator[Callable[[Any], asyncio.Future[str]]]:
