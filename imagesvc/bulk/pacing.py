@@ -5,13 +5,14 @@ The server counts requests in a sliding log: at most ``q`` in any ``w`` seconds 
 within the last ``w`` seconds plus a margin (a request's arrival is later than its start, by a latency that varies),
 so it never sends the one that would be refused: full speed, no 429 in steady state. It also believes the server
 when the server knows of more (``"requests";r=0;t=12`` after requests made elsewhere), and a 429's ``Retry-After``
-pauses every worker, capped at ``max_wait`` seconds.
+pauses every worker, capped at ``max_wait`` seconds. It runs on the event loop: ``wait`` is a coroutine.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -32,7 +33,7 @@ def parse_limits(value: str) -> dict[str, dict[str, int]]:
 
 
 class Pacer:
-    """Thread-safe: ``wait()`` before each request, ``observe(headers, status)`` after it."""
+    """``await wait()`` before each request, ``observe(headers, status)`` after it (one event loop)."""
 
     def __init__(
         self,
@@ -48,45 +49,53 @@ class Pacer:
         self.starts: deque[float] = deque()
         self.blocked_until = 0.0
         self.refusals = 0
-        self._lock = threading.Lock()
-        self._first = threading.Event()  # one request goes first to learn the policy
+        self._first: asyncio.Event | None = None  # one request goes first to learn the policy
 
-    def wait(self) -> None:
-        """Block until one more request fits the limit, then count it as started."""
+    def delay(self) -> float:
+        """Seconds until one more request fits the limit; 0: it fits, and is counted as started now."""
+        now = self.clock()
+        while self.starts and self.starts[0] <= now - self.window - MARGIN:
+            self.starts.popleft()
+        delay = self.blocked_until - now
+        if delay <= 0 and (self.quota is None or len(self.starts) < self.quota):
+            self.starts.append(now)
+            return 0.0
+        if delay <= 0:
+            delay = self.starts[0] + self.window + MARGIN - now
+        return max(delay, 0.01)
+
+    async def wait(self) -> None:
+        """Return once one more request fits the limit, counted as started."""
+        if self._first is None:  # the first caller goes at once; others wait (bounded) for its answer
+            self._first = asyncio.Event()
+            self.starts.append(self.clock())
+            return
         if not self._first.is_set():
-            with self._lock:
-                if not self.starts:  # the first caller goes at once; others wait for its answer
-                    self.starts.append(self.clock())
-                    return
-            self._first.wait(timeout=30)
-        while True:
-            with self._lock:
-                now = self.clock()
-                while self.starts and self.starts[0] <= now - self.window - MARGIN:
-                    self.starts.popleft()
-                delay = self.blocked_until - now
-                if delay <= 0 and (self.quota is None or len(self.starts) < self.quota):
-                    self.starts.append(now)
-                    return
-                if delay <= 0:
-                    delay = self.starts[0] + self.window + MARGIN - now
-            time.sleep(min(max(delay, 0.01), 1.0))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._first.wait(), timeout=30)
+        while (delay := self.delay()) > 0:
+            await asyncio.sleep(min(delay, 1.0))
 
-    def observe(self, headers: Mapping[str, str], status: int) -> None:
-        """Learn the policy and the server's count from a response; after a 429 hold every request back."""
+    def observe(self, headers: Mapping[str, str], status: int, *, say: bool = True) -> None:
+        """Learn the policy and the server's count from a response; after a 429 of the request limit (``say``: the
+        caller waits it out) hold every request back, capped at ``max_wait``, and say so."""
         policy = parse_limits(headers.get("RateLimit-Policy", "")).get("requests")
         state = parse_limits(headers.get("RateLimit", "")).get("requests")
-        with self._lock:
-            if policy:
-                self.quota, self.window = policy["q"], float(policy["w"])
-            if state and state.get("r", 1) == 0 and state.get("t"):
-                self.blocked_until = max(self.blocked_until, self.clock() + state["t"])
-            if status == 429:
-                self.refusals += 1
+        if policy:
+            self.quota, self.window = policy["q"], float(policy["w"])
+        if state and state.get("r", 1) == 0 and state.get("t"):
+            self.blocked_until = max(self.blocked_until, self.clock() + min(state["t"], self.max_wait))
+        if status == 429 and say:
+            self.refusals += 1
+            try:
                 retry = float(headers.get("Retry-After", "1") or 1)
-                wait = min(retry, self.max_wait)
-                self.blocked_until = max(self.blocked_until, self.clock() + wait)
-                self.say(
-                    f"server said 429: waiting {wait:.0f} s (Retry-After {retry:.0f} s, capped at {self.max_wait:.0f})"
-                )
+            except ValueError:
+                retry = 1.0
+            wait = min(retry, self.max_wait)
+            self.blocked_until = max(self.blocked_until, self.clock() + wait)
+            self.say(
+                f"server said 429: waiting {wait:.0f} s (Retry-After {retry:.0f} s, capped at {self.max_wait:.0f})"
+            )
+        if self._first is None:
+            self._first = asyncio.Event()
         self._first.set()

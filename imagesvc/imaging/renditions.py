@@ -21,6 +21,7 @@ from imagesvc.imaging.tiers import (
     oriented_size,
     rejecting,
     resize_to,
+    upright,
 )
 
 __all__ = ["pixel_box", "render_page"]
@@ -128,8 +129,10 @@ def render_page(
     fmt = header.format or "unknown"
     width, height = oriented_size(header)
     boxes = [pixel_box(i, bbox, width, height) for i, bbox in enumerate(bboxes)]
-    # An MPO (phones) is a JPEG followed by more frames: its first frame is the page, copied byte for byte.
-    copy_full = fmt in ("JPEG", "MPO") and header.mode in _COPYABLE_JPEG_MODES
+    # An MPO (phones) is a JPEG followed by more frames: its first frame is the page, copied byte for byte. Not a
+    # JPEG stored sideways with an EXIF orientation: the clean full tier would arrive sideways wherever the flag is
+    # ignored (or stripped), while the catalog gives its upright size; it is re-encoded upright instead.
+    copy_full = fmt in ("JPEG", "MPO") and header.mode in _COPYABLE_JPEG_MODES and upright(header)
     full_bytes = master if fmt == "JPEG" else jpeg_frame(master)
     marked = mark is not None and max(width, height) >= spec.mark_min_side
     with rejecting("cannot derive tiers"):

@@ -30,6 +30,7 @@ __all__ = [
     "rejecting",
     "resize_to",
     "to_rgb",
+    "upright",
 ]
 
 # Optimised Huffman tables make libjpeg keep every coefficient of the image (3 bytes a pixel at 4:2:0) and Pillow
@@ -198,6 +199,11 @@ def decode(
         if method is not None:  # the same mapping as ImageOps.exif_transpose, applied to the converted pixels
             rgb = rgb.transpose(method)
     return img, rgb
+
+
+def upright(img: Image.Image) -> bool:
+    """Whether ``img``'s pixels are stored as they are shown: no EXIF orientation left to apply."""
+    return _orientation(img) == 1
 
 
 def oriented_size(img: Image.Image) -> tuple[int, int]:

@@ -32,6 +32,15 @@ __all__ = ["CHANGES_PAGE", "list_dataset_changes", "list_dataset_images"]
 
 CHANGES_PAGE = 100  # activities per OrderedCollectionPage: page k holds the (k-1)*100+1-th to the k*100-th change
 DISCOVERY_CONTEXT = "http://iiif.io/api/discovery/1/context.json"
+# What each digest of the listing is of, in every answer: none is a digest of a delivered file.
+DIGESTS = {
+    "master.sha256": "the stored master file",
+    "tiers.*.marked.content_sha256": "the stored marked copy without the C2PA manifest signed at ingest",
+    "tiers.*.clean.sha256": "the stored clean copy",
+    "delivered_files": "Every delivery adds a note and a signature made for that request, so no digest here matches "
+    "a delivered file: check those against the archive's manifest-sha256.txt (the integrity source). Compare these "
+    "digests between listings to learn which stored images changed.",
+}
 
 
 def _cursor(book_id: str, number: int) -> str:
@@ -138,7 +147,7 @@ async def list_dataset_images(
         total = (await services.db.call(counts))["pages"]
     else:  # one book's pages: an index range
         total = await services.db.call(dataset_total, book_id)
-    return envelope(items, total=total, limit=limit, has_more=more, next_cursor=next_cursor)
+    return envelope(items, total=total, limit=limit, has_more=more, next_cursor=next_cursor, digests=DIGESTS)
 
 
 @tool(
@@ -152,8 +161,9 @@ async def list_dataset_images(
 async def list_dataset_changes(services: Services, call: Call, page: int | None = None) -> dict[str, Any]:
     """What changed in the dataset, for incremental harvests, as IIIF Change Discovery 1.0: without page, the
     OrderedCollection (totalItems, first and last pages); with page, an OrderedCollectionPage of Create, Update and
-    Delete activities on books (object: the book's IIIF manifest), oldest first. Start at last and follow prev back
-    to the last endTime you processed. Keys only; no units spent.
+    Delete activities on books (object: the book's IIIF manifest), oldest first, each with seq (unique, increasing in
+    commit order). Start at last and follow prev back to a page whose first seq is at or before the last seq you
+    processed; process every activity with a higher seq. Keys only; no units spent.
     """
     require_key(call, "The change feed and other bulk dataset features")
     settings = services.settings
@@ -192,6 +202,9 @@ async def list_dataset_changes(services: Services, call: Call, page: int | None 
                 ],
             },
             "endTime": row["at"],
+            # The change log's sequence number: increasing in commit order and never shared, where endTime (whole
+            # seconds) can be: a harvester resumes after the last seq it processed.
+            "seq": row["seq"],
         }
         for row in await services.db.call(changes, start + 1, start + CHANGES_PAGE)
     ]

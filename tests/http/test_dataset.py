@@ -125,3 +125,28 @@ async def test_a_forged_cursor_is_a_400_naming_it_on_both_doors(
             "params": {"name": "list_dataset_images", "arguments": {"cursor": _forged(position)}}}  # fmt: skip
     result = (await (await client.post("/api/mcp", json=call, headers=_auth(key))).json())["result"]
     assert result["isError"] and result["structuredContent"]["error"] == "invalid_request", result
+
+
+async def test_changes_in_one_second_have_an_order_a_harvester_resumes_from_without_missing_one(
+    client: TestClient, data_dir: Path
+) -> None:
+    key, _ = new_key(data_dir, "free")
+    catalog = Catalog(data_dir / "catalog.sqlite3")
+    try:
+        with catalog.transaction() as conn:  # two changes in one transaction: one endTime, to the second
+            for slug in ("demo-gart-der-kreuter", "demo-traite-des-mines"):
+                assert withdraw_book(conn, catalog.find_book(slug)["id"])
+    finally:
+        catalog.close()
+    collection = await (await client.get("/api/dataset/changes", headers=_auth(key))).json()
+    last = collection["last"]["id"].split("library.example", 1)[1]
+    items = (await (await client.get(last, headers=_auth(key))).json())["orderedItems"]
+    first, second = items[-2:]
+    assert first["endTime"] == second["endTime"]  # whole seconds: endTime alone cannot order them
+    seqs = [a["seq"] for a in items]
+    assert seqs == sorted(set(seqs)) and first["seq"] < second["seq"]
+    processed = first["seq"]  # a harvester that stopped after the first resumes with the second, by seq
+    assert [a for a in items if a["seq"] > processed] == [second]
+    listing = await (await client.get("/api/dataset/images?limit=1", headers=_auth(key))).json()
+    assert "manifest-sha256.txt" in listing["digests"]["delivered_files"]  # says what each digest is of
+    assert set(listing["digests"]) >= {"master.sha256", "tiers.*.marked.content_sha256", "tiers.*.clean.sha256"}

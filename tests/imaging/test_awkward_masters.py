@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from PIL import Image
 
 from imagesvc.errors import ImageRejected
 from imagesvc.imaging import TierSpec
@@ -55,6 +58,14 @@ def test_exif_orientation_6_is_applied_to_sizes_and_pixels() -> None:
     assert img.size == (400, 800)
     assert close(img.getpixel((img.width - 5, 5)), (255, 0, 0))  # stored top-left shows at the top-right
     assert close(img.getpixel((5, 5)), (255, 255, 255))
+
+
+def test_a_jpeg_master_stored_sideways_is_stored_upright_as_the_clean_full_tier() -> None:
+    page = render_page(awkward.exif_rotated_jpeg((800, 400)), SPEC, None, [])
+    full = Image.open(io.BytesIO(page.clean["full"].data))  # as a reader that ignores EXIF orientation sees it
+    assert full.size == (page.clean["full"].width, page.clean["full"].height) == (400, 800)
+    assert full.getexif().get(0x0112, 1) == 1  # no rotation left for anyone to apply
+    assert close(full.convert("RGB").getpixel((full.width - 5, 5)), (255, 0, 0))
 
 
 def test_exif_orientation_is_applied_on_the_draft_path_too() -> None:
