@@ -72,17 +72,19 @@ class PrintingSearch:
         return Answer(found, self._possible(considered, found, self._tried))
 
     def _possible(self, considered: list[Candidate], found: list[Candidate], tried: list[Candidate]) -> list[Candidate]:
-        """Verified candidates not listed as the same block: a tight fit of ``same_block_inliers`` pairs from the
-        index, a guided fit that came ``near`` or ``close``, or a printing that expansion found but the query's
-        pairs did not hold to; best first, ``possible_limit`` of them."""
+        """Verified candidates not listed as the same block: a similarity fit of ``same_block_inliers`` pairs from
+        the index (RANSAC's, before the tight fit), a guided fit that came ``near`` or ``close``, or a printing that
+        expansion found whose tight fit to the query has that many pairs but was not held to it; best first,
+        ``possible_limit`` of them."""
         p = self.p
         listed = {c.number for c in found}
         out: dict[int, Candidate] = {}
-        for c in considered + tried:
+        verified = [(c, c.loose) for c in considered] + [(c, c.inliers) for c in tried]
+        for c, pairs in verified:
             fit = self.fits.get(c.number)
             if fit is not None and (fit.near(p) or fit.close(p)) and fit.tight > c.inliers:
                 c = _found(fit, c)
-            elif c.inliers < p.same_block_inliers:
+            elif pairs < p.same_block_inliers:
                 continue
             if c.number not in listed and (c.number not in out or out[c.number].inliers < c.inliers):
                 out[c.number] = c

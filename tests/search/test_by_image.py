@@ -210,21 +210,33 @@ def test_every_match_carries_its_evidence(woodcuts: tuple[list[Illustration], Bl
     assert np.all([m.distance == m.pairs - m.inliers for m in matches])
 
 
+# found / true printings over the sweep (measured: crop33 0.95, crop50 1.0, phone 1.0): an empty answer fails
+SWEEP_RECALL = {"crop33": 0.9, "crop50": 0.98, "phone": 0.98}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["crop33", "crop50", "phone"])
 def test_wherever_a_crop_is_taken_no_recut_or_other_block_is_listed(
     woodcuts: tuple[list[Illustration], BlockIndex], how: str
 ) -> None:
     """Each printing cropped at three more places than the tests above (``degrade``'s seeds): every illustration
-    listed is a printing of the block. At some of these places a recut cut close to its original fits the crop
-    with as many pairs and cells as a printing (23 of 35 pairs in 8 cells), but less cleanly than every printing
-    that agrees with the best whole to whole (``_clean_as_the_block``)."""
+    listed is a printing of the block, and nearly every printing is found (``SWEEP_RECALL``). At some of these
+    places a recut cut close to its original fits the crop with as many pairs and cells as a printing (23 of 35
+    pairs in 8 cells), but less cleanly than every printing that agrees with the best whole to whole
+    (``_clean_as_the_block``)."""
     lib, index = woodcuts
+    found_true = true = 0
     for seed in range(1, 4):
         for ill in (i for i in lib if i.kind == "printing"):
             found = {m.id for m in match_picture(index, degrade(ill, SIZE, how, seed))}
-            assert found <= _printings(lib, ill.block), (how, seed, ill.number, found)
+            printings = _printings(lib, ill.block)
+            assert found <= printings, (how, seed, ill.number, found)
+            found_true, true = found_true + len(found), true + len(printings)
+    print(f"{how}: {found_true} of {true} printings found ({found_true / true:.3f})")
+    assert found_true >= SWEEP_RECALL[how] * true, (how, found_true, true)
 
 
+@pytest.mark.slow
 def test_a_quarter_of_a_printing_is_corroborated_by_a_printing_its_own_search_finds(
     woodcuts: tuple[list[Illustration], BlockIndex],
 ) -> None:
