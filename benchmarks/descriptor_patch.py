@@ -36,6 +36,7 @@ from benchmarks.image_search import _query_set, _stored_jpeg
 from fixtures.woodcuts import QUERY_SCAN, crop_box, degrade, from_block, library, subject, to_block
 from imagesvc.search import features
 from imagesvc.search.feature_index import hamming
+from imagesvc.search.match_params import DEFAULT
 
 __all__ = ["main"]
 
@@ -113,8 +114,8 @@ def main() -> None:
     started = time.perf_counter()
     for q in _query_set(lib, args.queries, 1):
         picture = degrade(q, args.size, args.how)
-        grey = features.grey_reduced(picture, features.QUERY_SIDE)
-        qk = _keypoints(grey, features.QUERY_KEYPOINTS)
+        grey = features.grey_reduced(picture, DEFAULT.query_side)
+        qk = _keypoints(grey, DEFAULT.query_keypoints)
         qd = _describe(describers, grey, qk)
         left, top, _, _ = crop_box(q, args.size, args.how)
         uv = to_block(

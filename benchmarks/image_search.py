@@ -49,8 +49,9 @@ from benchmarks import phash_reference as ref
 from fixtures.woodcuts import DEGRADATIONS, Illustration, degrade, library, render
 from imagesvc.search import feature_index, features
 from imagesvc.search.block_index import write_rows
-from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index, use_patch
+from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index
 from imagesvc.search.features import STORED_SIDE, Features, decode_reduced, extract, extract_query
+from imagesvc.search.match_params import DEFAULT, DISTANCES, MatchParams
 
 __all__ = ["main"]
 
@@ -64,12 +65,12 @@ def _stored_jpeg(ill: Illustration, size: int) -> bytes:
     return buf.getvalue()
 
 
-def _index_one(args: tuple[Illustration, int]) -> tuple[Features, float]:
+def _index_one(args: tuple[Illustration, int, int]) -> tuple[Features, float]:
     """Worker: render the stored JPEG (not counted), then decode reduced + extract (counted, CPU seconds)."""
-    ill, size = args
+    ill, size, patch = args
     data = _stored_jpeg(ill, size)
     t = time.process_time()
-    f = extract(decode_reduced(data, STORED_SIDE))
+    f = extract(decode_reduced(data, STORED_SIDE), patch=patch)
     return Features(f.xy, f.desc, (0, 0), _shape(f), fine=f.fine), time.process_time() - t
 
 
@@ -82,17 +83,18 @@ def _library(size: int) -> list[Illustration]:
     return library(size)
 
 
-def _shard(args: tuple[int, int, str]) -> tuple[int, float, float]:
-    """Worker: generate (render + JPEG) and extract the illustrations of shard ``k`` of a library of ``size``, write
-    them to ``path`` (atomically: a killed run leaves no half shard); CPU seconds of each stage."""
-    size, k, path = args
+def _shard(args: tuple[int, int, str, int]) -> tuple[int, float, float]:
+    """Worker: generate (render + JPEG) and extract the illustrations of shard ``k`` of a library of ``size``, with
+    descriptors of ``patch`` px, write them to ``path`` (atomically: a killed run leaves no half shard); CPU seconds
+    of each stage."""
+    size, k, path, patch = args
     gen = ext = 0.0
     xy, desc, shape, fine = [], [], [], []
     for ill in _library(size)[k * SHARD : (k + 1) * SHARD]:
         t0 = time.process_time()
         data = _stored_jpeg(ill, size)
         t1 = time.process_time()
-        f = extract(decode_reduced(data, STORED_SIDE))
+        f = extract(decode_reduced(data, STORED_SIDE), patch=patch)
         gen, ext = gen + t1 - t0, ext + time.process_time() - t1
         xy.append(f.xy.astype(np.float16))
         desc.append(f.desc)
@@ -118,29 +120,28 @@ def _read_shard(path: Path) -> dict[str, np.ndarray]:
         return {name: data[name] for name in data.files}
 
 
-def _complete(shard: Path) -> bool:
+def _complete(shard: Path, patch: int) -> bool:
     """Whether ``shard`` was written, with the fits' descriptors where they are of their own patch (a shard of an
     earlier version has none: made again)."""
     if not shard.exists():
         return False
-    if features.DESCRIPTOR_PATCH == features.FIT_PATCH:
+    if patch == features.FIT_PATCH:
         return True
     with open(shard, "rb") as f, np.load(f) as data:
         return "fine" in data.files
 
 
-def _features(size: int, folder: Path, workers: int) -> tuple[list[Path], float, float, float]:
+def _features(size: int, folder: Path, workers: int, patch: int) -> tuple[list[Path], float, float, float]:
     """Every shard of the library's features under ``folder``, made on ``workers`` processes where missing (a run
     killed midway resumes at the shards it had not written); CPU seconds of generation and of extraction summed over
     all shards (those of an earlier run included), and the wall time of this run's part."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{k:05d}.npz" for k in range((size + SHARD - 1) // SHARD)]
-    todo = [(size, k, str(p)) for k, p in enumerate(paths) if not _complete(p)]
+    todo = [(size, k, str(p), patch) for k, p in enumerate(paths) if not _complete(p, patch)]
     started = time.perf_counter()
     if todo:
         print(f"features: {len(paths) - len(todo)} of {len(paths)} shards cached, making {len(todo)}", flush=True)
-        # told the patch (a pool that spawns its workers would start them at the default)
-        with ProcessPoolExecutor(workers, initializer=use_patch, initargs=(features.DESCRIPTOR_PATCH,)) as pool:
+        with ProcessPoolExecutor(workers) as pool:
             for done, _ in enumerate(pool.map(_shard, todo), 1):
                 if done % max(1, len(todo) // 10) == 0:
                     print(f"  {done}/{len(todo)} shards, {time.perf_counter() - started:.0f}s", flush=True)
@@ -201,13 +202,13 @@ def _report(name: str, rows: dict[str, list[tuple[float, int, int, float, float]
     print(f"{'all':12} {a[:, 0].mean():9.3f} {a[:, 1].sum() / max(1, a[:, 2].sum()):15.3f} {p50:7.0f} {p95:7.0f}")
 
 
-def _build(size: int, args: argparse.Namespace, folder: Path) -> tuple[FeatureIndex, str]:
+def _build(size: int, args: argparse.Namespace, folder: Path, params: MatchParams) -> tuple[FeatureIndex, str]:
     """Indexing as ``imagesvc index`` does it, timed by stage: generation and features on all workers (resumable
     shards under ``folder``), then the faiss index trained on a sample and filled shard by shard."""
     import faiss
 
     rss0 = _rss_mb()
-    paths, gen_cpu, ext_cpu, ext_wall = _features(size, folder, args.workers)
+    paths, gen_cpu, ext_cpu, ext_wall = _features(size, folder, args.workers, params.patch)
     total = 0
     for p in paths:
         with open(p, "rb") as f, np.load(f) as data:
@@ -233,10 +234,10 @@ def _build(size: int, args: argparse.Namespace, folder: Path) -> tuple[FeatureIn
             ]  # the fine descriptors are not in the faiss index: written beside it below
 
     t1, c1 = time.perf_counter(), time.process_time()
-    index = build_index(batches(), total, train)
+    index = build_index(batches(), total, train, params=params)
     # beside the index, memory-mapped, as ``imagesvc index`` keeps them (never all in memory at once)
     index.desc = write_rows(folder.parent / f".descriptors-{size}.npy", _shard_rows(paths, "desc"), total)
-    if features.DESCRIPTOR_PATCH != features.FIT_PATCH:
+    if params.patch != features.FIT_PATCH:
         index.fine = write_rows(folder.parent / f".fine-{size}.npy", _shard_rows(paths, "fine"), total)
     add_wall, add_cpu = time.perf_counter() - trained[0], time.process_time() - trained[1]
     train_wall, train_cpu = train_wall + trained[0] - t1, train_cpu + trained[1] - c1
@@ -292,13 +293,13 @@ def _save_cache(cache: Path, size: int, index: FeatureIndex) -> None:
             np.save(path, rows)
 
 
-def _load_cache(cache: Path, size: int) -> FeatureIndex | None:
+def _load_cache(cache: Path, size: int, params: MatchParams = DEFAULT) -> FeatureIndex | None:
     import faiss
 
     codes, where, desc, fine = _cache_paths(cache, size)
     if not (codes.exists() and where.exists() and desc.exists()):
         return None
-    wide = features.DESCRIPTOR_PATCH != features.FIT_PATCH
+    wide = params.patch != features.FIT_PATCH
     if wide and not fine.exists():
         raise SystemExit(f"{cache} holds no {fine.name}: the guided fits' descriptors (made by a run of this version)")
     stored = np.load(where)
@@ -306,6 +307,7 @@ def _load_cache(cache: Path, size: int) -> FeatureIndex | None:
     return FeatureIndex(
         faiss.read_index_binary(str(codes)),
         xy,
+        params,
         shape=stored["shape"],
         desc=np.load(desc, mmap_mode="r"),
         fine=np.load(fine, mmap_mode="r") if wide else None,
@@ -325,47 +327,44 @@ def main() -> None:
     parser.add_argument(
         "--neighbours", type=int, default=0, help="stored neighbours per query descriptor (0: by library size)"
     )
-    parser.add_argument("--nprobe", type=int, default=feature_index.NPROBE, help="inverted lists probed")
-    parser.add_argument("--candidates", type=int, default=feature_index.CANDIDATES, help="verified per query")
+    parser.add_argument("--nprobe", type=int, default=DEFAULT.nprobe, help="inverted lists probed")
+    parser.add_argument("--candidates", type=int, default=DEFAULT.candidates, help="verified per query")
     parser.add_argument(
-        "--preselect", type=int, default=feature_index.PRESELECT, help="kept by total votes before the best bins"
+        "--preselect", type=int, default=DEFAULT.preselect, help="kept by total votes before the best bins"
     )
     parser.add_argument(
-        "--by-pairs", type=int, default=feature_index.BY_PAIRS, help="verified also for their pairs in the best bin"
+        "--by-pairs", type=int, default=DEFAULT.by_pairs, help="verified also for their pairs in the best bin"
     )
     parser.add_argument(
-        "--by-place",
-        type=int,
-        default=feature_index.BY_PLACE,
-        help="verified also for pairs agreeing on a place",
+        "--by-place", type=int, default=DEFAULT.by_place, help="verified also for pairs agreeing on a place"
     )
     parser.add_argument(
         "--coarser",
-        default=",".join(map(str, features.COARSER_LEVELS)),
+        default=",".join(map(str, DEFAULT.coarser_levels)),
         help="pyramid steps of a small query's further looks, comma-separated (empty: none)",
     )
     parser.add_argument(
         "--patch",
         type=int,
-        default=features.DESCRIPTOR_PATCH,
-        choices=sorted(feature_index.DISTANCES),
-        help="side of each descriptor's patch, px (feature_index.use_patch; a --cache holds one patch's features)",
+        default=DEFAULT.patch,
+        choices=sorted(DISTANCES),
+        help="side of each descriptor's patch, px (MatchParams.patch; a --cache holds one patch's features)",
     )
     parser.add_argument(
         "--distances",
         help="MAX_HAMMING,SIGMA,GUIDED_HAMMING,STRONG_HAMMING instead of those chosen for the patch (an experiment)",
     )
     parser.add_argument(
-        "--guided", type=int, default=feature_index.GUIDED_CANDIDATES, help="matched again by position (0: none)"
+        "--guided", type=int, default=DEFAULT.guided_candidates, help="matched again by position (0: none)"
     )
     parser.add_argument(
-        "--expand-nprobe", type=int, default=feature_index.EXPAND_NPROBE, help="lists probed by expansion (0: --nprobe)"
+        "--expand-nprobe", type=int, default=DEFAULT.expand_nprobe, help="lists probed by expansion (0: --nprobe)"
     )
-    parser.add_argument("--expand", type=int, default=feature_index.EXPAND_FROM, help="expanded from (0: none)")
+    parser.add_argument("--expand", type=int, default=DEFAULT.expand_from, help="expanded from (0: none)")
     parser.add_argument(
         "--corroborate",
         type=int,
-        default=feature_index.CORROBORATE_FROM,
+        default=DEFAULT.corroborate_from,
         help="close candidates searched for a printing that corroborates them (0: none)",
     )
     parser.add_argument(
@@ -376,21 +375,26 @@ def main() -> None:
     if unknown := set(hows) - set(DEGRADATIONS):
         parser.error(f"unknown degradations {sorted(unknown)}: choose among {', '.join(DEGRADATIONS)}")
 
-    feature_index.K = args.neighbours
-    feature_index.FeatureIndex.__init__.__defaults__ = (args.nprobe, None, None, None)  # build_index uses the default
-    feature_index.CANDIDATES = args.candidates
-    feature_index.PRESELECT = args.preselect
-    feature_index.FeatureIndex.candidates.__defaults__ = (None, args.candidates, args.by_pairs, args.by_place, 0)
-    feature_index.EXPAND_NPROBE = args.expand_nprobe
-    feature_index.GUIDED_CANDIDATES = args.guided
-    features.COARSER_LEVELS = tuple(int(n) for n in args.coarser.split(",") if n)
-    feature_index.use_patch(args.patch)
+    distances = {}
     if args.distances:
         hamming, sigma, guided, strong = (float(v) for v in args.distances.split(","))
-        feature_index.MAX_HAMMING, feature_index.SIGMA = int(hamming), sigma
-        feature_index.GUIDED_HAMMING, feature_index.STRONG_HAMMING = int(guided), int(strong)
-    feature_index.EXPAND_FROM = args.expand
-    feature_index.CORROBORATE_FROM = args.corroborate
+        distances = {"max_hamming": int(hamming), "sigma": sigma, "guided_hamming": int(guided)}
+        distances["strong_hamming"] = int(strong)
+    params = MatchParams.for_patch(
+        args.patch,
+        neighbours=args.neighbours,
+        nprobe=args.nprobe,
+        candidates=args.candidates,
+        preselect=args.preselect,
+        by_pairs=args.by_pairs,
+        by_place=args.by_place,
+        expand_nprobe=args.expand_nprobe,
+        guided_candidates=args.guided,
+        coarser_levels=tuple(int(n) for n in args.coarser.split(",") if n),
+        expand_from=args.expand,
+        corroborate_from=args.corroborate,
+        **distances,
+    )
 
     size = args.size
     lib = _library(size)  # before the workers fork: they inherit it
@@ -412,14 +416,14 @@ def main() -> None:
             parser.error(f"{args.cache} holds features of a {held} px patch, not --patch {args.patch}")
         args.cache.mkdir(parents=True, exist_ok=True)
         said.write_text(str(args.patch))
-    cached = _load_cache(args.cache, size) if args.cache else None
+    cached = _load_cache(args.cache, size, params) if args.cache else None
     if cached is not None:
         index = cached
         kind = type(index.index).__name__
         print(f"index: loaded from {args.cache} (indexing figures: see the run that built it)")
     else:
         with tempfile.TemporaryDirectory() as scratch:
-            index, kind = _build(size, args, (args.cache or Path(scratch)) / f"shards-{size}")
+            index, kind = _build(size, args, (args.cache or Path(scratch)) / f"shards-{size}", params)
         if args.cache:
             t = time.perf_counter()
             _save_cache(args.cache, size, index)
@@ -441,7 +445,7 @@ def main() -> None:
         truth = blocks[lib[qn].block]
         recut = blocks.get(size + lib[qn].block, set())
         t, c = time.perf_counter(), time.process_time()
-        found = index.search(extract_query(picture))
+        found = index.search(extract_query(picture, params))
         wall, qcpu = time.perf_counter() - t, time.process_time() - c
         numbers = [f.number for f in found]
         recut_flagged += len(recut & set(numbers))
@@ -456,12 +460,12 @@ def main() -> None:
         rest = [n for n in range(size) if n not in set(members)]
         members += random.Random(2).sample(rest, max(0, min(len(rest), args.reference - len(members))))
         at = {n: k for k, n in enumerate(members)}
-        with ProcessPoolExecutor(args.workers, initializer=use_patch, initargs=(args.patch,)) as pool:
+        with ProcessPoolExecutor(args.workers) as pool:
             thumbs = [Image.fromarray(a) for a in pool.map(_thumb, [(lib[n], size) for n in members], chunksize=16)]
-            subfeats = [f for f, _ in pool.map(_index_one, [(lib[n], size) for n in members], chunksize=16)]
+            subfeats = [f for f, _ in pool.map(_index_one, [(lib[n], size, args.patch) for n in members], chunksize=16)]
         sub_desc = sum(len(f.desc) for f in subfeats)
         sub_train = np.concatenate([f.desc for f in subfeats]) if sub_desc > FLAT_UNTIL else None
-        sub_index = build_index([subfeats], sub_desc, sub_train, keep_desc=True)
+        sub_index = build_index([subfeats], sub_desc, sub_train, keep_desc=True, params=params)
         c0 = time.process_time()
         boxes, qboxes = ref.stored_boxes(), ref.query_boxes()
         hashes = np.concatenate([ref.window_hashes(t, boxes) for t in thumbs])
@@ -484,7 +488,7 @@ def main() -> None:
                 found, wall, cpu = old[(q.number, how)]
                 old_rows[how].append((*_score(found, truth), wall, cpu))
                 t, c = time.perf_counter(), time.process_time()
-                new = [f.number for f in sub_index.search(extract_query(picture))]
+                new = [f.number for f in sub_index.search(extract_query(picture, params))]
                 new_rows[how].append((*_score(new, truth), time.perf_counter() - t, time.process_time() - c))
         print(f"\nreference subset: {len(members)} illustrations, {len(sub_q)} queries per degradation")
         print(

@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.image_search import _load_cache, _query_set
 from fixtures.woodcuts import QUERY_SCAN, Illustration, crop_box, degrade, from_block, library, to_block
 from imagesvc.search import feature_index as fi
-from imagesvc.search.features import QUERY_KEYPOINTS, QUERY_SIDE, STORED_SIDE, Features, extract
+from imagesvc.search.features import STORED_SIDE, Features, extract
+from imagesvc.search.match_params import DEFAULT as P
 
 __all__ = ["main"]
 
@@ -65,9 +66,9 @@ def _stage(number: int, found: dict[int, fi.Candidate], listed: set[int]) -> str
         return "listed"
     if c is None:
         return "never verified"
-    if c.loose < fi.SAME_BLOCK_INLIERS:
+    if c.loose < P.same_block_inliers:
         return "loose < 12"
-    if c.inliers < fi.SAME_BLOCK_INLIERS:
+    if c.inliers < P.same_block_inliers:
         return "tight < 12"
     return "fifth of the best"
 
@@ -94,7 +95,7 @@ def _true_pairs(
     ham = fi.hamming(query.desc[:, None, :], desc[None, :, :])
     nearest, dist = ham.argmin(1), ham.min(1)
     off = np.hypot(*(index.xy[p][nearest].astype(np.float32) - where).T)
-    true = np.nonzero((off < TRUE_PX) & (dist <= fi.MAX_HAMMING))[0]
+    true = np.nonzero((off < TRUE_PX) & (dist <= P.max_hamming))[0]
     return true, nearest[true], dist[true]
 
 
@@ -103,17 +104,17 @@ def _rematch(index: fi.FeatureIndex, query: Features, desc: np.ndarray, number: 
     import cv2
 
     matches = cv2.BFMatcher(cv2.NORM_HAMMING).knnMatch(query.desc, desc, k=2)
-    pairs = [(m.queryIdx, m.trainIdx) for two in matches for m in two if m.distance <= fi.MAX_HAMMING]
-    if len(pairs) < fi.MIN_PAIRS:
+    pairs = [(m.queryIdx, m.trainIdx) for two in matches for m in two if m.distance <= P.max_hamming]
+    if len(pairs) < P.min_pairs:
         return 0
     qi, kp = np.array(pairs).T
     src, dst = query.xy[qi], index.xy[number][kp].astype(np.float32)
-    loose, _, transform = fi._ransac(src, dst, query.size)
-    if loose < fi.SAME_BLOCK_INLIERS or transform is None:
+    loose, _, transform = fi._ransac(src, dst, query.size, P)
+    if loose < P.same_block_inliers or transform is None:
         return 0
-    near = np.hypot(*(src @ transform[:, :2].T + transform[:, 2] - dst).T) <= 2 * fi.RANSAC_PX
+    near = np.hypot(*(src @ transform[:, :2].T + transform[:, 2] - dst).T) <= 2 * P.ransac_px
     scale = float(np.hypot(transform[0, 0], transform[1, 0]))
-    return fi._tight(src[near], dst[near], fi.TIGHT_PX * max(1.0, scale))
+    return fi._tight(src[near], dst[near], P.tight_px * max(1.0, scale))
 
 
 def main() -> None:
@@ -134,7 +135,7 @@ def main() -> None:
     for ill in lib:
         blocks.setdefault(ill.block, []).append(ill.number)
     codes, starts = _stored_descriptors(index)
-    k = fi.K or fi.neighbours(index.count)
+    k = P.neighbours_for(index.count)
     print(f"{size} illustrations, {index.descriptors:,} descriptors, K = {k}, nprobe {index.index.nprobe}")
     for how in args.how.split(","):
         stages: Counter[str] = Counter()
@@ -144,9 +145,9 @@ def main() -> None:
             picture = degrade(q, size, how)
             truth = set(blocks[q.block])
             t = time.process_time()
-            query = extract(picture, QUERY_SIDE, QUERY_KEYPOINTS)
+            query = extract(picture, P.query_side, P.query_keypoints)
             candidates = index.candidates(query)
-            listed = fi.same_block(candidates)
+            listed = fi.same_block(candidates, P)
             cpu.append(time.process_time() - t)
             by_number = {c.number: c for c in candidates}
             stages.update(_stage(n, by_number, {c.number for c in listed}) for n in truth)
@@ -171,7 +172,7 @@ def main() -> None:
                     reverse=True,
                 )
                 best = scored[0][0] if scored else 0
-                again = [n for s, n in scored if s >= fi.SAME_BLOCK_INLIERS and s >= fi.SAME_BLOCK_RATIO * best]
+                again = [n for s, n in scored if s >= P.same_block_inliers and s >= P.same_block_ratio * best]
                 remat_recall.append(len(truth & set(again[:10])) / min(10, len(truth)))
                 remat_wrong += len(set(again) - truth)
         total = sum(stages.values())

@@ -10,6 +10,7 @@ the mutation, not a test that already fails.
     .venv/bin/python scripts/mutations.py                # every mutation
     .venv/bin/python scripts/mutations.py iiif-unmetered # some, by name
     .venv/bin/python scripts/mutations.py --list
+    .venv/bin/python scripts/mutations.py --prefix match- --no-baseline  # search by image's rules
 
 Exit status: 0 when every mutation was killed, 1 when one survived, 2 when a replacement no longer applies or the
 unmutated tests fail. Run by a person or by CI on demand; ``make test`` does not run it (it takes minutes).
@@ -362,6 +363,70 @@ MUTATIONS = [
     ),
 ]
 
+# Search by image's rules: each field of ``MatchParams`` moved one way, held by the seeded evaluation. A move is
+# toward the side where the rule binds on the evaluation's library (a list made shorter, a floor raised), as far as
+# a value someone might try. Named ``match-<field>``; ``--prefix match-`` runs them all.
+IMAGE_EVALUATION = ("tests/search/test_image_evaluation.py",)
+MATCH_MOVES = (  # (field and type, value, moved to)
+    ("query_keypoints: int", "1500", "1000"),
+    ("coarser_levels: tuple[int, ...]", "(2, 4)", "(2,)"),
+    ("min_coarser: int", "200", "800"),
+    ("same_place_px: float", "3.0", "1.0"),
+    ("k_per: int", "40", "20"),
+    ("max_hamming: int", "60", "50"),
+    ("sigma: float", "24.0", "12.0"),
+    ("turns: int", "16", "8"),
+    ("window: int", "3", "1"),
+    ("preselect: int", "4000", "1000"),
+    ("candidates: int", "400", "100"),
+    ("by_pairs: int", "100", "25"),
+    ("by_place: int", "100", "25"),
+    ("place_px: int", "48", "96"),
+    ("min_pairs: int", "6", "10"),
+    ("ransac_px: float", "8.0", "4.0"),
+    ("tight_px: float", "2.5", "1.5"),
+    ("same_block_inliers: int", "12", "20"),
+    ("same_block_ratio: float", "0.2", "0.4"),
+    ("same_block_cells: int", "2", "4"),
+    ("confirm_agree: float", "0.5", "0.7"),
+    ("confirm_stretch: float", "1.15", "1.05"),
+    ("guided_candidates: int", "20", "5"),
+    ("guided_px: float", "6.0", "3.0"),
+    ("guided_hamming: int", "64", "48"),
+    ("guided_rounds: int", "2", "1"),
+    ("guided_grid: int", "8", "4"),
+    ("guided_pairs: int", "20", "30"),
+    ("guided_cells: int", "12", "16"),
+    ("guided_stretch: float", "1.05", "1.02"),
+    ("guided_fewer_cells: int", "10", "12"),
+    ("guided_strong: int", "15", "25"),
+    ("strong_hamming: int", "32", "24"),
+    ("near_pairs: int", "15", "25"),
+    ("near_cells: int", "7", "10"),
+    ("sibling_pairs: int", "60", "120"),
+    ("sibling_cells: int", "20", "40"),
+    ("close_pairs: int", "12", "18"),
+    ("close_cells: int", "5", "8"),
+    ("close_stretch: float", "1.15", "1.05"),
+    ("close_strong: float", "0.3", "0.6"),
+    ("corroborate_from: int", "1", "0"),
+    ("expand_from: int", "1", "0"),
+    ("expand_candidates: int", "50", "10"),
+    ("expand_checked: int", "5", "1"),
+    ("guided_agree: float", "0.4", "0.6"),
+)
+MUTATIONS += [
+    Mutation(
+        f"match-{decl.split(':')[0].replace('_', '-')}",
+        f"search by image answers as committed with {decl.split(':')[0]} at {old}, not {new}",
+        "imagesvc/search/match_params.py",
+        f"    {decl} = {old}",
+        f"    {decl} = {new}",
+        IMAGE_EVALUATION,
+    )
+    for decl, old, new in MATCH_MOVES
+]
+
 
 def copy_tree(target: Path) -> None:
     for name in COPIED:
@@ -413,6 +478,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--prefix", default="", help="run the mutations whose names start with this")
     parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run of the tests")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per pytest run (default 600)")
     args = parser.parse_args()
@@ -425,6 +491,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown mutation(s) {', '.join(unknown)}; valid: {', '.join(known)}")
     chosen = [known[n] for n in args.names] if args.names else MUTATIONS
+    chosen = [m for m in chosen if m.name.startswith(args.prefix)]
 
     stale = []
     for m in chosen:
@@ -462,6 +529,8 @@ def main() -> int:
             rows.append((m.name, len(m.tests), "SURVIVED" if passed else "killed", time.monotonic() - started, by))
             print(f"  {m.name}: {rows[-1][2]} ({rows[-1][3]:.0f} s) {by}", flush=True)
 
+    killed = sum(r[2] == "killed" for r in rows)
+    print(f"\n{killed} of {len(rows)} mutations killed ({killed / max(1, len(rows)):.0%})")
     print("\n| mutation | test targets run | result | seconds | first failing test |")
     print("|---|---|---|---|---|")
     for name, count, result, seconds, by in rows:

@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from imagesvc.search import features
 from imagesvc.search.feature_index import FLAT_UNTIL, FeatureIndex, build_index, chunks
-from imagesvc.search.features import STORED_KEYPOINTS, STORED_SIDE, Features, decode_reduced, extract
+from imagesvc.search.features import FIT_PATCH, STORED_KEYPOINTS, STORED_SIDE, Features, decode_reduced, extract
+from imagesvc.search.match_params import DEFAULT, MatchParams
 
 __all__ = ["BlockIndex", "BlockIndexSummary", "load_blocks", "mismatch", "params", "sync_blocks", "write_rows"]
 
@@ -51,13 +51,12 @@ PARAMS = f"orb-{STORED_SIDE}-{STORED_KEYPOINTS}-v3"
 SOURCE_TIERS = ("display", "thumb", "full")  # display (2,000 px) decoded by DCT scaling to about 1,000 px
 
 
-def _describer() -> str:
+def _describer(patch: int) -> str:
     """The descriptors' patches, as features files and the index's parameters say them: the index's patch and the
     guided fits' (``features.FIT_PATCH``), or nothing for ORB's own 19 px alone (as files written before either
     could change). Files of other patches are extracted again, an index of others made again
-    (``feature_index.use_patch``)."""
-    patch = features.DESCRIPTOR_PATCH
-    return "" if patch == features.FIT_PATCH else f"-patch{patch}-fit{features.FIT_PATCH}"
+    (``MatchParams.patch``)."""
+    return "" if patch == FIT_PATCH else f"-patch{patch}-fit{FIT_PATCH}"
 
 
 def _describer_of(made_with: str) -> str | None:
@@ -76,19 +75,19 @@ def _said(describer: str) -> str:
     return f"{patch[1]} px descriptors" + (f" fitted with {patch[2]} px ones" if patch[2] else " alone")
 
 
-def mismatch(made_with: str) -> str | None:
-    """Why an index made with ``made_with`` (its ``params``; none said: ``""``) cannot answer this process's
-    queries, or ``None`` when it can: its descriptors and the queries' would not compare."""
-    made, here = _describer_of(made_with), _describer()
+def mismatch(made_with: str, match_params: MatchParams = DEFAULT) -> str | None:
+    """Why an index made with ``made_with`` (its ``params``; none said: ``""``) cannot answer queries described
+    with ``match_params``, or ``None`` when it can: its descriptors and the queries' would not compare."""
+    made, here = _describer_of(made_with), _describer(match_params.patch)
     if made == here:
         return None
     said = _said(made) if made is not None else f"unreadable descriptors ({made_with[:80]!r})"
     return f"holds {said} and this process describes queries with {_said(here)}"
 
 
-def params() -> str:
+def params(match_params: MatchParams = DEFAULT) -> str:
     """What an index is made with (its digest's, ``current.json``'s and a published index's ``model``)."""
-    return PARAMS + _describer()
+    return PARAMS + _describer(match_params.patch)
 
 
 @dataclass
@@ -129,9 +128,9 @@ def _key(iid: str, content: str) -> str:
     return content or f"id:{iid}"
 
 
-def load_blocks(data_dir: Path) -> BlockIndex | None:
-    """The current index of ``data_dir`` (``None`` when none was made); blocking: call it off the event loop.
-    ``ValueError`` when it holds descriptors of another patch than this process describes queries with."""
+def load_blocks(data_dir: Path, match_params: MatchParams = DEFAULT) -> BlockIndex | None:
+    """The current index of ``data_dir`` (``None`` when none was made), searched with ``match_params``; blocking:
+    call it off the event loop. ``ValueError`` when it holds descriptors of another patch than those."""
     import faiss
 
     folder = _folder(data_dir)
@@ -140,7 +139,7 @@ def load_blocks(data_dir: Path) -> BlockIndex | None:
     except FileNotFoundError:
         return None
     digest = pointer["digest"]
-    if why := mismatch(str(pointer.get("params") or "")):  # every answer would be noise
+    if why := mismatch(str(pointer.get("params") or ""), match_params):  # every answer would be noise
         raise ValueError(f"the feature index {digest} {why}: run `imagesvc index` here")
     with open(folder / f"index-{digest}.npz", "rb") as f, np.load(f, allow_pickle=False) as data:
         ids, content = data["ids"].tolist(), data["content"].tolist()
@@ -152,9 +151,10 @@ def load_blocks(data_dir: Path) -> BlockIndex | None:
     desc = fine = None
     if (folder / f"index-{digest}.desc.npy").exists():  # an index made before v3 has none: no expansion
         desc = np.load(folder / f"index-{digest}.desc.npy", mmap_mode="r", allow_pickle=False)
-        if _describer():  # said by the index's params, so written with it: a missing file is a damaged index
+        if _describer(match_params.patch):  # said by the params, so written with it: a missing file is damage
             fine = np.load(folder / f"index-{digest}.fine.npy", mmap_mode="r", allow_pickle=False)
-    return BlockIndex(ids, content, FeatureIndex(index, per, shape=shape, desc=desc, fine=fine), digest)
+    features = FeatureIndex(index, per, match_params, shape=shape, desc=desc, fine=fine)
+    return BlockIndex(ids, content, features, digest)
 
 
 def current_digest(data_dir: Path) -> str | None:
@@ -167,25 +167,26 @@ def current_digest(data_dir: Path) -> str | None:
 Extracted = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]  # xy, desc, shape, fine
 
 
-def _extract_bytes(data: bytes, patch: int = features.DESCRIPTOR_PATCH) -> Extracted:
+def _extract_bytes(data: bytes, patch: int) -> Extracted:
     """Worker: decode reduced and extract with descriptors of ``patch`` px (top-level, so a spawned process can run
-    it; told the patch, as a spawned process starts with the default)."""
-    features.DESCRIPTOR_PATCH = patch
-    f = extract(decode_reduced(data, STORED_SIDE))
+    it)."""
+    f = extract(decode_reduced(data, STORED_SIDE), patch=patch)
     return f.xy, f.desc, f.shape if f.shape is not None else np.zeros((len(f.xy), 2), np.uint8), f.fine
 
 
-def _read_shards(folder: Path, wanted: set[str], stale: list[Path] | None = None) -> dict[str, tuple[str, int]]:
-    """Where each wanted content key's features are: (features file, position in it). Files of another describer
-    are passed over and listed in ``stale``."""
+def _read_shards(
+    folder: Path, wanted: set[str], describer: str, stale: list[Path] | None = None
+) -> dict[str, tuple[str, int]]:
+    """Where each wanted content key's features are: (features file, position in it). Files of another
+    ``describer`` are passed over and listed in ``stale``."""
     out: dict[str, tuple[str, int]] = {}
     for path in sorted(folder.glob("*.npz")):
         try:
             # our own file object: np.load leaves a file it opened itself open when the archive is cut short
             with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:
                 keys = data["keys"].tolist()
-                describer = str(data["describer"]) if "describer" in data.files else ""
-                if "shape" not in data.files or describer != _describer():  # made by an earlier version: again
+                said = str(data["describer"]) if "describer" in data.files else ""
+                if "shape" not in data.files or said != describer:  # made by an earlier version: again
                     if stale is not None:
                         stale.append(path)
                     continue
@@ -198,13 +199,13 @@ def _read_shards(folder: Path, wanted: set[str], stale: list[Path] | None = None
     return out
 
 
-def _write_shard(folder: Path, keys: list[str], feats: list[Extracted]) -> None:
+def _write_shard(folder: Path, keys: list[str], feats: list[Extracted], describer: str) -> None:
     # named by its keys and its patch: another patch's file of the same batch is never written over (and then
     # removed as stale); the first patch's names are as they always were
-    digest = hashlib.sha256(("\n".join(keys) + _describer()).encode()).hexdigest()[:20]
+    digest = hashlib.sha256(("\n".join(keys) + describer).encode()).hexdigest()[:20]
     tmp = folder / f".{digest}.{os.getpid()}.tmp"
     fine = {}
-    if _describer():  # every keypoint's fit descriptor too (an empty picture's: none)
+    if describer:  # every keypoint's fit descriptor too (an empty picture's: none)
         fine["fine"] = np.concatenate([np.zeros((0, 32), np.uint8)] + [f for _, d, _, f in feats if len(d)])
     with open(tmp, "wb") as f:
         np.savez(
@@ -214,7 +215,7 @@ def _write_shard(folder: Path, keys: list[str], feats: list[Extracted]) -> None:
             xy=np.concatenate([x for x, *_ in feats]).astype(np.float32) if feats else np.zeros((0, 2), np.float32),
             desc=np.concatenate([d for _, d, _, _ in feats]) if feats else np.zeros((0, 32), np.uint8),
             shape=np.concatenate([s for _, _, s, _ in feats]) if feats else np.zeros((0, 2), np.uint8),
-            describer=np.array(_describer()),
+            describer=np.array(describer),
             **fine,
         )
     os.replace(tmp, folder / f"{digest}.npz")
@@ -243,7 +244,14 @@ async def _read(store: Any, tiers: dict[str, dict[str, Any]]) -> bytes | None:
     return None
 
 
-def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple[str, int]], digest: str) -> BlockIndex:
+def _build(
+    folder: Path,
+    ids: list[str],
+    keys: list[str],
+    where: dict[str, tuple[str, int]],
+    digest: str,
+    match_params: MatchParams,
+) -> BlockIndex:
     """Assemble the faiss index from the features files, write it under its digest and make it current."""
     import faiss
 
@@ -257,9 +265,10 @@ def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple
         rng = np.random.default_rng(0)
         pick = rng.choice(len(feats), size=min(len(feats), TRAIN_SAMPLE // 100 + 1), replace=False)
         train = np.concatenate([feats[int(n)].desc for n in pick])
-    index = build_index(chunks(feats, 4096), total, train)  # a batch at a time: no second copy of all codes
+    # a batch at a time: no second copy of all codes
+    index = build_index(chunks(feats, 4096), total, train, params=match_params)
     index.desc = write_rows(folder / f"index-{digest}.desc.npy", (f.desc for f in feats), total)
-    if _describer():
+    if _describer(match_params.patch):
         if any(f.fine is None for f in feats):  # never the index's own descriptors in their place
             raise ValueError("features files of this describer without its fit descriptors")
         index.fine = write_rows(
@@ -283,7 +292,7 @@ def _build(folder: Path, ids: list[str], keys: list[str], where: dict[str, tuple
     os.replace(tmp, folder / f"index-{digest}.npz")
     pointer = folder / f".current.{os.getpid()}.tmp"
     pointer.write_text(
-        json.dumps({"digest": digest, "illustrations": len(ids), "descriptors": total, "params": params()})
+        json.dumps({"digest": digest, "illustrations": len(ids), "descriptors": total, "params": params(match_params)})
     )
     os.replace(pointer, folder / "current.json")
     for old in folder.glob("index-*"):  # earlier indexes: a serving node holds what it loaded in memory
@@ -307,10 +316,18 @@ def write_rows(path: Path, rows: Iterable[np.ndarray], total: int) -> np.ndarray
 
 
 async def sync_blocks(
-    data_dir: Path, catalog: Any, store: Any, *, full: bool = False, workers: int | None = None
+    data_dir: Path,
+    catalog: Any,
+    store: Any,
+    *,
+    full: bool = False,
+    workers: int | None = None,
+    match_params: MatchParams = DEFAULT,
 ) -> tuple[BlockIndex, BlockIndexSummary]:
     """Bring the feature index up to date with the catalog's live illustrations (``full``: extract everything
-    again); features are extracted in ``workers`` processes (default: one per core)."""
+    again), its descriptors of ``match_params.patch``; features are extracted in ``workers`` processes (default:
+    one per core)."""
+    describer = _describer(match_params.patch)
     started, cpu0 = time.perf_counter(), time.process_time()
     rows = catalog.query_all(
         "SELECT i.id, i.content_sha256 FROM illustrations i JOIN books b ON b.id = i.book_id"
@@ -326,7 +343,7 @@ async def sync_blocks(
     folder.mkdir(exist_ok=True)
     shards.mkdir(exist_ok=True)
     stale: list[Path] = []
-    where = await asyncio.to_thread(_read_shards, shards, {k for _, k in wanted}, stale)
+    where = await asyncio.to_thread(_read_shards, shards, {k for _, k in wanted}, describer, stale)
     todo = [(iid, k) for iid, k in wanted if k not in where]
     todo = list({k: (iid, k) for iid, k in todo}.values())  # one extraction per distinct content
     failed: set[str] = set()
@@ -339,7 +356,7 @@ async def sync_blocks(
             for start in range(0, len(todo), BATCH):
                 batch = todo[start : start + BATCH]
                 datas = await asyncio.gather(*(_read(store, tiers.get(iid, {})) for iid, _ in batch))
-                patch = features.DESCRIPTOR_PATCH
+                patch = match_params.patch
                 jobs = [loop.run_in_executor(pool, _extract_bytes, d, patch) if d else None for d in datas]
                 keys, feats = [], []
                 for (iid, key), job in zip(batch, jobs, strict=True):
@@ -351,21 +368,21 @@ async def sync_blocks(
                     except Exception as exc:  # a corrupt image is one failed illustration
                         log.warning("cannot extract features of %s: %s", iid, exc)
                         failed.add(key)
-                await asyncio.to_thread(_write_shard, shards, keys, feats)
+                await asyncio.to_thread(_write_shard, shards, keys, feats, describer)
         child_cpu = _children_cpu()
-        where = await asyncio.to_thread(_read_shards, shards, {k for _, k in wanted})
+        where = await asyncio.to_thread(_read_shards, shards, {k for _, k in wanted}, describer)
     live = [(iid, k) for iid, k in wanted if k in where]
     ids, keys = [iid for iid, _ in live], [k for _, k in live]
-    digest = hashlib.sha256(("\n".join(f"{i} {k}" for i, k in live) + params()).encode()).hexdigest()[:20]
+    digest = hashlib.sha256(("\n".join(f"{i} {k}" for i, k in live) + params(match_params)).encode()).hexdigest()[:20]
     index = None
     if current_digest(data_dir) == digest:
         try:
-            index = await asyncio.to_thread(load_blocks, data_dir)
+            index = await asyncio.to_thread(load_blocks, data_dir, match_params)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:  # a file of it lost or damaged: made again
             log.warning("the feature index %s would not load (%s: %s): making it again", digest,
                         type(exc).__name__, exc)  # fmt: skip
     if index is None:
-        index = await asyncio.to_thread(_build, folder, ids, keys, where, digest)
+        index = await asyncio.to_thread(_build, folder, ids, keys, where, digest, match_params)
     current = {name for name, _ in where.values()}
     for path in stale:  # an earlier version's features, none of them in the index now current
         if path.name not in current:

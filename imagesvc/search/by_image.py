@@ -1,8 +1,9 @@
 """Search by image: the illustrations printed from the same woodblock or plate as an uploaded picture.
 
 The query's ORB features (``features.py``) are looked up in the local-feature index made by ``imagesvc index``
-(``block_index.py``), the best-voted illustrations verified geometrically (``feature_index.py``). The index is
-loaded off the event loop, and again only when ``imagesvc index`` has published a new one; a node never builds it.
+(``block_index.py``), the best-voted illustrations verified geometrically (``feature_index.py``) and held to the
+rules of ``printings.py``, with the parameters of ``match_params.py``. The index is loaded off the event loop, and
+again only when ``imagesvc index`` has published a new one; a node never builds it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from imagesvc.search.index_follower import Follower
 from imagesvc.search.published import FETCH_ERRORS, IndexCorrupt
 from imagesvc.search.threads import off_loop
 
-__all__ = ["BlockMatch", "ImageMatcher", "match_picture", "matcher_for"]
+__all__ = ["BlockMatch", "ImageMatcher", "Printings", "match_picture", "match_printings", "matcher_for"]
 
 log = logging.getLogger("imagesvc.search.by_image")
 CONFIDENT_INLIERS = 60  # inliers at which ``correlation`` (the match score) reaches 1.0
@@ -60,13 +61,31 @@ def matcher_for(services: Any) -> ImageMatcher:
     return matcher
 
 
-def match_picture(index: BlockIndex, image: Image.Image, live: set[str] | None = None) -> list[BlockMatch]:
-    """Blocking: the illustrations of ``index`` printed from the same block as ``image``, best first."""
-    query = extract_query(image)
+@dataclass(frozen=True)
+class Printings:
+    """``same_block``: printed from the query's block, best first; ``possible``: verified candidates that no rule
+    calls the same block (a recut copy, a partial fit), best first: shown apart, for a person to judge."""
+
+    same_block: list[BlockMatch]
+    possible: list[BlockMatch]
+
+
+def match_printings(index: BlockIndex, image: Image.Image, live: set[str] | None = None) -> Printings:
+    """Blocking: the illustrations of ``index`` printed from the same block as ``image``, and the possible ones."""
+    query = extract_query(image, index.features.params)
     allowed = None
     if live is not None:
         allowed = np.fromiter((iid in live for iid in index.ids), bool, len(index.ids))
-    found: list[Candidate] = index.features.search(query, allowed)
+    answer = index.features.match(query, allowed)
+    return Printings(_matches(index, answer.same_block), _matches(index, answer.possible))
+
+
+def match_picture(index: BlockIndex, image: Image.Image, live: set[str] | None = None) -> list[BlockMatch]:
+    """Blocking: the illustrations of ``index`` printed from the same block as ``image``, best first."""
+    return match_printings(index, image, live).same_block
+
+
+def _matches(index: BlockIndex, found: list[Candidate]) -> list[BlockMatch]:
     return [
         BlockMatch(index.ids[c.number], c.inliers, c.pairs, round(min(1.0, c.inliers / CONFIDENT_INLIERS), 4))
         for c in found
@@ -156,12 +175,18 @@ class ImageMatcher:
     ) -> list[BlockMatch]:
         """The illustrations printed from the same block as ``image``, best first (``live``: only these ids).
         ``run`` runs the blocking match off the event loop (the caller's own pool; default: a thread)."""
+        return (await self.printings(image, live, run=run)).same_block
+
+    async def printings(
+        self, image: Image.Image, live: set[str] | None = None, *, run: Runner | None = None
+    ) -> Printings:
+        """``same_block``'s answer with the possible printings beside it (``match_printings``)."""
         index = await self.ready()
         if index is None or not index.ids:
-            return []
+            return Printings([], [])
         if run is None:
-            return await off_loop(match_picture, index, image, live)
-        return await run(match_picture, index, image, live)
+            return await off_loop(match_printings, index, image, live)
+        return await run(match_printings, index, image, live)
 
 
 WARM_QUERY = "an alembik over the furnace"  # a text query whose misspelt word takes the spelling path too

@@ -5,7 +5,9 @@ its pyramid, to a scale change of about four, and its binary descriptors are com
 faiss searches natively. Line art suits it: every stroke end, crossing and hatch corner is a keypoint.
 
 Pictures are reduced before extraction (JPEG through Pillow's DCT ``draft``, so a 10 MB scan is never decoded in
-full): stored illustrations to ``STORED_SIDE``, queries to ``QUERY_SIDE`` px on their long side.
+full): stored illustrations to ``STORED_SIDE`` px on their long side, queries to ``MatchParams.query_side``. The
+stored side, keypoints and grid below are the index's format (named in ``block_index.params``); how a query is
+described is a part of the ``MatchParams`` a search is given.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from imagesvc.search.match_params import DEFAULT, MatchParams
+
 __all__ = [
-    "QUERY_SIDE",
     "STORED_SIDE",
     "Features",
     "decode_reduced",
@@ -29,10 +32,8 @@ __all__ = [
 ]
 
 STORED_SIDE = 800
-QUERY_SIDE = 800
 STORED_KEYPOINTS = 600
 GRID = 8
-QUERY_KEYPOINTS = 1500
 
 
 @dataclass(frozen=True)
@@ -121,28 +122,26 @@ def _spread(kps: list, n: int, size: tuple[int, int], grid: int = GRID) -> list:
 # search.md), but a recut copy of a block, whose strokes differ by a pixel or two, then agrees with it more too. So
 # the descriptors that find candidates are of this patch, and the ones that fit a candidate to the query keypoint by
 # keypoint (``feature_index``'s guided fits, which decide what is the same block) stay ORB's own 19 px
-# (``Features.fine``). Set through ``feature_index.use_patch``, which also sets the distances matching needs; an
-# index holds one patch's descriptors (``block_index.params``).
-DESCRIPTOR_PATCH = 41
+# (``Features.fine``). ``MatchParams.patch`` says which (``MatchParams.for_patch`` with the distances matching
+# needs); an index holds one patch's descriptors (``block_index.params``).
+DESCRIPTOR_PATCH = DEFAULT.patch
 FIT_PATCH = 19
 MIN_SIDE = 64  # px: smaller pictures (after reduction) yield no keypoints worth matching
 
 
-def extract(image: Image.Image, side: int = STORED_SIDE, keypoints: int = STORED_KEYPOINTS) -> Features:
-    """ORB keypoints and descriptors of ``image`` reduced to ``side`` px (at most ``keypoints`` of them, spread
-    over the picture)."""
+def extract(
+    image: Image.Image, side: int = STORED_SIDE, keypoints: int = STORED_KEYPOINTS, patch: int = DESCRIPTOR_PATCH
+) -> Features:
+    """ORB keypoints and descriptors (of ``patch`` px) of ``image`` reduced to ``side`` px (at most ``keypoints``
+    of them, spread over the picture)."""
     grey = grey_reduced(image, side)
-    return _extract_grey(grey, keypoints)
+    return _extract_grey(grey, keypoints, patch)
 
 
-COARSER_LEVELS = (2, 4)  # ORB pyramid steps (1.2x each) of the further looks at a small query, in turn
-MIN_COARSER = 200  # keypoints of room under the budget below which a query gets no further look
-SAME_PLACE_PX = 3.0  # query pixels: a further look's keypoint this near a first look's describes it again
-
-
-def extract_query(image: Image.Image, side: int = QUERY_SIDE, keypoints: int = QUERY_KEYPOINTS) -> Features:
-    """A query's features: ``extract``'s, and when the picture yields fewer than ``keypoints`` of them (a crop, a
-    small photo), further looks: the picture reduced by each of ``COARSER_LEVELS`` pyramid steps in turn and
+def extract_query(image: Image.Image, params: MatchParams = DEFAULT) -> Features:
+    """A query's features: ``extract``'s (``query_side``, ``query_keypoints``), and when the picture yields fewer
+    than ``query_keypoints`` of them (a crop, a small photo), further looks: the picture reduced by each of
+    ``coarser_levels`` pyramid steps in turn and
     described again, each look's descriptors kept (up to the room left) where they fall on a keypoint of the first
     look, as other descriptors of that keypoint (``Features.keypoint``; their levels in the first look's terms).
 
@@ -151,8 +150,9 @@ def extract_query(image: Image.Image, side: int = QUERY_SIDE, keypoints: int = Q
     again from a reduced picture give descriptors of their own, some nearer the stored ones: on crops to a third
     of each side, half as many twins again within 16 bits (``docs/search.md``). Geometry still counts each place
     once. A query that fills the budget at once is looked at once; a small one costs no more than a full one."""
-    grey = grey_reduced(image, side)
-    first = _extract_grey(grey, keypoints)
+    keypoints, patch = params.query_keypoints, params.patch
+    grey = grey_reduced(image, params.query_side)
+    first = _extract_grey(grey, keypoints, patch)
     n = len(first.desc)
     if first.shape is None or n == 0:
         return first
@@ -160,17 +160,17 @@ def extract_query(image: Image.Image, side: int = QUERY_SIDE, keypoints: int = Q
     fine = [first.fine] if first.fine is not None else None
     room = keypoints - n
     w, h = first.size
-    for levels in COARSER_LEVELS:
-        if room < MIN_COARSER:
+    for levels in params.coarser_levels:
+        if room < params.min_coarser:
             break
         small = (round(w * 1.2**-levels), round(h * 1.2**-levels))
         if min(small) < MIN_SIDE:
             break
-        look = _extract_grey(np.asarray(Image.fromarray(grey).resize(small, Image.Resampling.BOX)), 2 * room)
+        look = _extract_grey(np.asarray(Image.fromarray(grey).resize(small, Image.Resampling.BOX)), 2 * room, patch)
         if look.shape is None or not len(look.desc):
             break
         placed = look.xy * np.array([w / small[0], h / small[1]], np.float32)  # in the first picture's pixels
-        at, on = near_pairs(placed, first.xy, SAME_PLACE_PX)
+        at, on = near_pairs(placed, first.xy, params.same_place_px)
         gap = np.hypot(*(placed[at] - first.xy[on]).T)
         order = np.lexsort((gap, at))  # each keypoint of this look on its nearest of the first
         at, on = at[order], on[order]
@@ -212,7 +212,7 @@ def near_pairs(a: np.ndarray, b: np.ndarray, px: float) -> tuple[np.ndarray, np.
     return i[close], order[j[close]]
 
 
-def _extract_grey(grey: np.ndarray, keypoints: int) -> Features:
+def _extract_grey(grey: np.ndarray, keypoints: int, patch: int = DESCRIPTOR_PATCH) -> Features:
     import cv2
 
     cv2.setNumThreads(1)  # the caller decides the parallelism (one process per core when indexing)
@@ -220,11 +220,11 @@ def _extract_grey(grey: np.ndarray, keypoints: int) -> Features:
     if min(size) < MIN_SIDE:  # ORB's pyramid and patch need room: a sliver of a picture has no features
         return empty(size)
     kps = _spread(list(_orb(keypoints * 4).detect(grey, None)), keypoints, size)  # type: ignore[attr-defined]
-    kps, desc = _orb(keypoints, DESCRIPTOR_PATCH).compute(grey, kps)  # type: ignore[attr-defined]
+    kps, desc = _orb(keypoints, patch).compute(grey, kps)  # type: ignore[attr-defined]
     if desc is None or not kps:
         return empty(size)
     fine = None
-    if DESCRIPTOR_PATCH != FIT_PATCH:  # the same keypoints described again (a smaller patch keeps every one)
+    if patch != FIT_PATCH:  # the same keypoints described again (a smaller patch keeps every one)
         kept, fine = _orb(keypoints, FIT_PATCH).compute(grey, kps)  # type: ignore[attr-defined]
         if fine is None or len(kept) != len(kps):
             raise RuntimeError(f"ORB kept {len(kept)} of {len(kps)} keypoints for the {FIT_PATCH} px patch")

@@ -10,7 +10,7 @@ from typing import Any
 from imagesvc.errors import ImageRejected, ImagesvcError, InvalidRequest
 from imagesvc.imaging import TierSpec
 from imagesvc.imaging.tiers import decode
-from imagesvc.search.by_image import matcher_for
+from imagesvc.search.by_image import BlockMatch, matcher_for
 from imagesvc.search.engine import engine_for
 from imagesvc.search.ranking import Query, rank
 from imagesvc.services import Services
@@ -93,7 +93,9 @@ async def search_images_by_image(
     rescans and photos of a page region), and with CLIP configured the visually similar ones.
 
     ``same_block`` lists matches best first with ``match`` (correlation of the aligned pictures, 1.0 identical) and
-    ``distance`` (bits between their closest perceptual hashes); ``similar`` is null when CLIP is off. Not base64, not
+    ``distance`` (bits between their closest perceptual hashes); ``possible_printings`` lists, apart, pictures
+    that line up with the upload but that no rule calls the same block (another hand's recut, a partial fit), to
+    judge by eye; ``similar`` is null when CLIP is off. Not base64, not
     an image, too large or a decompression bomb: a 4xx error that says which.
     """
     work = image_work(services)
@@ -126,9 +128,9 @@ async def search_by_picture(services: Services, data: bytes, book_id: str | None
     live = {iid for iid, ok, b in zip(table.ids, table.live, table.book, strict=True) if ok}
     if book is not None:
         live = {iid for iid in live if table.book_ids[table.book[table.row_of(iid)]] == book}  # type: ignore[index]
-    matches = (await matcher_for(services).same_block(picture, live, run=image_work(services).run))[:limit]
-    extra = [{"match": m.correlation, "distance": m.distance} for m in matches]
-    same = await gallery_items(services, [m.id for m in matches], extra)
+    found = await matcher_for(services).printings(picture, live, run=image_work(services).run)
+    same = await _items(services, found.same_block[:limit])
+    possible = await _items(services, found.possible[:limit])
     similar = None
     if snap.matrix is not None and engine.encoder is not None:
         vector = (await image_work(services).run(engine.encoder.encode_images, [picture]))[0]
@@ -141,9 +143,16 @@ async def search_by_picture(services: Services, data: bytes, book_id: str | None
     status["signals"] = ["block-hashes", *(["clip"] if similar is not None else [])]
     return {
         "same_block": same,
+        "possible_printings": possible,
         "similar": similar,
         "books": sorted({i["book_id"] for i in same}),
         "width": picture.width,
         "height": picture.height,
         "search": status,
     }
+
+
+async def _items(services: Services, matches: list[BlockMatch]) -> list[dict[str, Any]]:
+    """Gallery items of ``matches``, each with its ``match`` and ``distance``."""
+    extra = [{"match": m.correlation, "distance": m.distance} for m in matches]
+    return await gallery_items(services, [m.id for m in matches], extra)

@@ -377,6 +377,8 @@ async def test_an_uploaded_crop_of_a_woodcut_finds_every_book_that_prints_it(
     body = await response.json()
     assert response.status == 200, body
     assert {_where(i) for i in body["same_block"]} == want
+    assert isinstance(body["possible_printings"], list)  # verified, not the same block: shown apart
+    assert not {i["id"] for i in body["possible_printings"]} & {i["id"] for i in body["same_block"]}
     assert sorted(body["books"]) == sorted(slugs[p["book"]] for p in printings)
     assert all(0 < i["match"] <= 1 for i in body["same_block"]) and body["similar"] is None
     assert body["search"]["signals"] == ["block-hashes"]
@@ -444,6 +446,8 @@ async def test_search_by_image_over_mcp_and_a_picture_of_another_block(
     result = (await (await text_client.post("/api/mcp", json=message)).json())["result"]
     assert result["isError"] is False
     found = result["structuredContent"]["same_block"]
+    possible = result["structuredContent"]["possible_printings"]
+    assert isinstance(possible, list) and not {i["id"] for i in possible} & {i["id"] for i in found}
     slugs = await _book_ids(text_client)
     assert [_where(i) for i in found][:1] == [(slugs[other["book"]], other["page"], other["index"])]
     assert not {_where(i) for i in found} & {(slugs[p["book"]], p["page"], p["index"]) for p in printings}

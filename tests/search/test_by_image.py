@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -23,17 +24,11 @@ from fixtures.woodcuts import (
 )
 from imagesvc.search.block_index import BlockIndex
 from imagesvc.search.by_image import match_picture
-from imagesvc.search.feature_index import build_index
-from imagesvc.search.features import (
-    COARSER_LEVELS,
-    QUERY_KEYPOINTS,
-    QUERY_SIDE,
-    STORED_SIDE,
-    Features,
-    decode_reduced,
-    extract,
-    extract_query,
-)
+from imagesvc.search.feature_index import FeatureIndex, build_index
+from imagesvc.search.features import STORED_SIDE, Features, decode_reduced, extract, extract_query
+from imagesvc.search.match_params import DEFAULT
+
+QUERY_SIDE, QUERY_KEYPOINTS, COARSER_LEVELS = DEFAULT.query_side, DEFAULT.query_keypoints, DEFAULT.coarser_levels
 
 SIZE = 60
 
@@ -162,19 +157,16 @@ def test_a_small_query_is_looked_at_again_and_finds_nearer_twins_at_the_same_pla
 
 
 def test_an_inverted_file_index_finds_every_printing_with_expansion_probing_fewer_lists(
-    woodcuts: tuple[list[Illustration], BlockIndex], monkeypatch: pytest.MonkeyPatch
+    woodcuts: tuple[list[Illustration], BlockIndex],
 ) -> None:
     """The test library as a large library holds it (an inverted file, not an exact index): a rotated printing
-    finds every printing of its block, though expansion probes only ``EXPAND_NPROBE`` lists; and that number does
+    finds every printing of its block, though expansion probes only ``expand_nprobe`` lists; and that number does
     reach faiss (one list probed answers otherwise than the index's own eight)."""
-    from imagesvc.search import feature_index
-
     lib, _ = woodcuts
     feats = [extract(_stored(ill)) for ill in lib]
-    monkeypatch.setattr(feature_index, "FLAT_UNTIL", 0)
     everything = np.concatenate([f.desc for f in feats])
-    ivf = build_index([feats], len(everything), train=everything, keep_desc=True)
-    assert type(ivf.index).__name__ == "IndexBinaryIVF" and feature_index.EXPAND_NPROBE < feature_index.NPROBE
+    ivf = build_index([feats], len(everything), train=everything, keep_desc=True, flat_until=0)
+    assert type(ivf.index).__name__ == "IndexBinaryIVF" and DEFAULT.expand_nprobe < DEFAULT.nprobe
     ids = [str(ill.number) for ill in lib]
     index = BlockIndex(ids, ids, ivf, "test")
     for ill in _queries(lib):
@@ -218,31 +210,43 @@ def test_every_match_carries_its_evidence(woodcuts: tuple[list[Illustration], Bl
     assert np.all([m.distance == m.pairs - m.inliers for m in matches])
 
 
+# found / true printings over the sweep (measured: crop33 0.929, crop50 1.0, phone 1.0): an empty answer fails
+SWEEP_RECALL = {"crop33": 0.9, "crop50": 0.98, "phone": 0.98}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["crop33", "crop50", "phone"])
 def test_wherever_a_crop_is_taken_no_recut_or_other_block_is_listed(
     woodcuts: tuple[list[Illustration], BlockIndex], how: str
 ) -> None:
     """Each printing cropped at three more places than the tests above (``degrade``'s seeds): every illustration
-    listed is a printing of the block. At some of these places a recut cut close to its original fits the crop
-    with as many pairs and cells as a printing (23 of 35 pairs in 8 cells), but less cleanly than every printing
-    that agrees with the best whole to whole (``_clean_as_the_block``)."""
+    listed is a printing of the block, and nearly every printing is found (``SWEEP_RECALL``). At some of these
+    places a recut cut close to its original fits the crop with as many pairs and cells as a printing (23 of 35
+    pairs in 8 cells), but less cleanly than every printing that agrees with the best whole to whole
+    (``_clean_as_the_block``)."""
     lib, index = woodcuts
+    found_true = true = 0
     for seed in range(1, 4):
         for ill in (i for i in lib if i.kind == "printing"):
             found = {m.id for m in match_picture(index, degrade(ill, SIZE, how, seed))}
-            assert found <= _printings(lib, ill.block), (how, seed, ill.number, found)
+            printings = _printings(lib, ill.block)
+            assert found <= printings, (how, seed, ill.number, found)
+            found_true, true = found_true + len(found), true + len(printings)
+    print(f"{how}: {found_true} of {true} printings found ({found_true / true:.3f})")
+    assert found_true >= SWEEP_RECALL[how] * true, (how, found_true, true)
 
 
+@pytest.mark.slow
 def test_a_quarter_of_a_printing_is_corroborated_by_a_printing_its_own_search_finds(
-    woodcuts: tuple[list[Illustration], BlockIndex], monkeypatch: pytest.MonkeyPatch
+    woodcuts: tuple[list[Illustration], BlockIndex],
 ) -> None:
     """A quarter of each side, at 16 places of two blocks' printings: where one printing fits it closely but too
     thinly for the guided rule, and its block's other printings are not among the query's candidates, a printing
     that its own search finds and that fits the query through it makes it the block (``_corroborated``). Without
     that step these crops find 38 fewer printings; with it they list nothing else."""
-    from imagesvc.search import feature_index
-
     lib, index = woodcuts
+    without = FeatureIndex(index.features.index, index.features.xy, replace(DEFAULT, corroborate_from=0),
+                           index.features.shape, index.features.desc, index.features.fine)  # fmt: skip
     gained = 0
     for ill in (i for i in lib if i.kind == "printing" and i.block in (1, 3)):
         picture = scan(ill, SIZE, QUERY_SCAN)
@@ -250,9 +254,7 @@ def test_a_quarter_of_a_printing_is_corroborated_by_a_printing_its_own_search_fi
         for gx, gy in itertools.product(range(4), repeat=2):
             x, y = gx * w / 4, gy * h / 4
             query = extract_query(picture.crop((round(x), round(y), round(x + w / 4), round(y + h / 4))))
-            monkeypatch.setattr(feature_index, "CORROBORATE_FROM", 0)
-            alone = {c.number for c in index.features.search(query)}
-            monkeypatch.undo()
+            alone = {c.number for c in without.search(query)}
             found = {c.number for c in index.features.search(query)}
             truth = {int(n) for n in _printings(lib, ill.block)}
             assert alone <= found and found - alone <= truth, (ill.number, gx, gy, alone, found)
@@ -265,10 +267,11 @@ def test_a_close_fit_counts_only_when_enough_of_its_pairs_are_near_twins() -> No
     crops' printings at 200,000 illustrations (14 to 27 tight pairs, most of them near twins) are close; the demo
     library's sun, drawn twice, against the middle third of an engraving (an arc and a line: 17 pairs over 6
     cells, 4 near twins), whose other printing came as close through it (22 pairs, 5 near twins), is not."""
-    from imagesvc.search.feature_index import Fit
+    from imagesvc.search.guided_fit import Fit
 
-    assert Fit(20, 18, 6, 1.019, 16).close() and Fit(16, 14, 5, 1.091, 13).close()
-    assert Fit(17, 14, 6, 1.034, 11).close() and Fit(30, 27, 7, 1.050, 20).close()
-    assert not Fit(20, 17, 6, 1.032, 4).close() and not Fit(22, 22, 6, 1.091, 5).close()
-    assert not Fit(20, 11, 6, 1.0, 11).close() and not Fit(20, 14, 4, 1.0, 14).close()  # too few pairs, cells
-    assert not Fit(20, 14, 6, 1.2, 14).close()  # stretched: another aspect
+    p = DEFAULT
+    assert Fit(20, 18, 6, 1.019, 16).close(p) and Fit(16, 14, 5, 1.091, 13).close(p)
+    assert Fit(17, 14, 6, 1.034, 11).close(p) and Fit(30, 27, 7, 1.050, 20).close(p)
+    assert not Fit(20, 17, 6, 1.032, 4).close(p) and not Fit(22, 22, 6, 1.091, 5).close(p)
+    assert not Fit(20, 11, 6, 1.0, 11).close(p) and not Fit(20, 14, 4, 1.0, 14).close(p)  # too few pairs, cells
+    assert not Fit(20, 14, 6, 1.2, 14).close(p)  # stretched: another aspect

@@ -1,4 +1,4 @@
-"""The side of the patch search by image draws its descriptors from (``feature_index.use_patch``): what a larger one
+"""The side of the patch search by image draws its descriptors from (``MatchParams.patch``): what a larger one
 buys on line art, the narrow descriptors the guided fits still compare (``Features.fine``), and an index that never
 mixes two patches' descriptors."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -21,20 +21,14 @@ from imagesvc.search import feature_index, features
 from imagesvc.search.block_index import current_digest, load_blocks, params, sync_blocks
 from imagesvc.search.feature_index import hamming
 from imagesvc.search.features import STORED_SIDE, decode_reduced, extract, extract_query, grey_reduced, near_pairs
+from imagesvc.search.match_params import DEFAULT as DEFAULT_PARAMS
+from imagesvc.search.match_params import MatchParams
 from imagesvc.storage.local import LocalStore
 from tests.library import copy_library
 
 SIZE = 60
 DEFAULT = features.DESCRIPTOR_PATCH
-
-
-@pytest.fixture
-def patch() -> Iterator[Any]:
-    """``use_patch``, with the default put back after the test (it is this process's setting)."""
-    try:
-        yield feature_index.use_patch
-    finally:
-        feature_index.use_patch(DEFAULT)
+P19, P41 = MatchParams.for_patch(19), MatchParams.for_patch(41)
 
 
 class Copy(NamedTuple):
@@ -61,20 +55,21 @@ def _stored(ill: Any) -> Image.Image:
     return decode_reduced(buf.getvalue(), STORED_SIDE)
 
 
-def _true_pairs_kept() -> tuple[int, int]:
+def _true_pairs_kept(patch: int) -> tuple[int, int]:
     """Over a third of each side of the first printing of every reused block: the true pairs (a query keypoint and
     its twin, the keypoint of another printing of its block at the place the generator says it shows, found at the
     query's orientation and about three pyramid levels lower, the crop being shown about 1.7 times larger), and how
     many of them no descriptor of any other illustration of the library comes nearer than the twin (the pairs an
     index over many look-alikes still returns)."""
     lib = library(SIZE)
-    stored = [extract(_stored(ill)) for ill in lib]
+    stored = [extract(_stored(ill), patch=patch) for ill in lib]
     everything = np.concatenate([f.desc for f in stored])
     owner = np.repeat(np.arange(len(lib)), [len(f.desc) for f in stored])
     pairs = kept = 0
     for q in {ill.block: ill for ill in reversed(lib) if ill.kind == "printing"}.values():
         picture = degrade(q, SIZE, "crop33")
-        query = features._extract_grey(grey_reduced(picture, features.QUERY_SIDE), features.QUERY_KEYPOINTS)
+        side, keypoints = DEFAULT_PARAMS.query_side, DEFAULT_PARAMS.query_keypoints
+        query = features._extract_grey(grey_reduced(picture, side), keypoints, patch)
         assert query.shape is not None
         left, top, _, _ = crop_box(q, SIZE, "crop33")
         uv = to_block(q, SIZE, QUERY_SCAN, query.xy * (picture.width / query.size[0]) + [left, top])
@@ -95,38 +90,32 @@ def _true_pairs_kept() -> tuple[int, int]:
     return pairs, kept
 
 
-def test_a_larger_patch_loses_fewer_of_a_small_crops_true_pairs_to_other_pictures(patch: Any) -> None:
+def test_a_larger_patch_loses_fewer_of_a_small_crops_true_pairs_to_other_pictures() -> None:
     """On crops to a third of each side, the descriptors of 41 px patches keep more of the true pairs nearest to
     their twins than ORB's own 19 px (the look-alikes of other pictures crowd them less); the test fails with the
     patch unchanged."""
-    patch(19)
-    pairs19, kept19 = _true_pairs_kept()
-    patch(41)
-    pairs41, kept41 = _true_pairs_kept()
+    pairs19, kept19 = _true_pairs_kept(19)
+    pairs41, kept41 = _true_pairs_kept(41)
     assert pairs19 == pairs41 > 200  # the same keypoints and twins, described from other patches
     assert kept41 > 1.3 * kept19, (pairs19, kept19, pairs41, kept41)
 
 
-def test_use_patch_sets_the_distances_and_refuses_a_patch_nobody_chose_them_for(patch: Any) -> None:
+def test_params_for_a_patch_carry_its_distances_and_refuse_a_patch_nobody_chose_them_for() -> None:
     """41 px is the default; its keypoints are 19 px's, described twice: for the index, and for the fits, whose
-    distances stay 19 px's."""
-    assert DEFAULT == 41 and feature_index.MAX_HAMMING == 60 and feature_index.GUIDED_HAMMING == 64
+    distances stay 19 px's. Describing with one patch changes nothing for a later extraction of another."""
+    assert DEFAULT == 41 and DEFAULT_PARAMS == P41 and P41.max_hamming == 60 and P41.guided_hamming == 64
     picture = _stored(library(SIZE)[0])
-    patch(19)
-    before = extract(picture)
+    before = extract(picture, patch=19)
     assert before.fine is None and before.fit_desc is before.desc
-    assert (feature_index.MAX_HAMMING, feature_index.SIGMA, feature_index.GUIDED_HAMMING) == (40, 16.0, 64)
-    patch(41)
+    assert (P19.max_hamming, P19.sigma, P19.guided_hamming, P19.strong_hamming) == (40, 16.0, 64, 32)
     after = extract(picture)
-    assert features.DESCRIPTOR_PATCH == 41 and feature_index.MAX_HAMMING == 60 and feature_index.SIGMA == 24.0
-    assert feature_index.GUIDED_HAMMING == 64 and feature_index.STRONG_HAMMING == 32
+    assert (P41.max_hamming, P41.sigma, P41.guided_hamming, P41.strong_hamming) == (60, 24.0, 64, 32)
     assert np.array_equal(before.xy, after.xy) and not np.array_equal(before.desc, after.desc)
     assert after.fine is not None and np.array_equal(after.fine, before.desc)
     with pytest.raises(ValueError, match="no distances chosen for a 31 px patch"):
-        patch(31)
-    assert features.DESCRIPTOR_PATCH == 41  # a refused patch changes nothing
-    patch(19)
-    assert feature_index.MAX_HAMMING == 40 and np.array_equal(extract(picture).desc, before.desc)
+        MatchParams.for_patch(31)
+    assert np.array_equal(extract(picture, patch=19).desc, before.desc)
+    assert np.array_equal(extract_query(picture, P19).first_look().desc, extract(picture, 800, 1500, 19).desc)
 
 
 def test_the_fits_compare_narrow_descriptors_so_a_small_crop_lists_no_recut() -> None:
@@ -152,9 +141,7 @@ def test_the_fits_compare_narrow_descriptors_so_a_small_crop_lists_no_recut() ->
     assert wrong["narrow"] == 0 < wrong["wide"], wrong
 
 
-async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_files_removed(
-    copied: Copy, patch: Any
-) -> None:
+async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_files_removed(copied: Copy) -> None:
     """Features files say their patch: changing it extracts every illustration again (none of the old descriptors
     enters the new index), removes the old files once the new index is current, and changes the index's digest;
     going back extracts again. Files written before the patch was said are the first patch's (19 px); files of 41
@@ -162,18 +149,16 @@ async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_fil
     another patch than the index's refuses to load it."""
     data, catalog, store = copied
     shards = data / "featureindex" / "features"
-    patch(19)
-    first, summary = await sync_blocks(data, catalog, store, full=True, workers=1)
+    first, summary = await sync_blocks(data, catalog, store, full=True, workers=1, match_params=P19)
     for path in shards.glob("*.npz"):  # as written before the patch was said
         with np.load(path) as old:
             kept = {k: old[k] for k in old.files if k != "describer"}
         with open(path, "wb") as f:
             np.savez(f, **kept)
-    _, same = await sync_blocks(data, catalog, store, workers=1)
+    _, same = await sync_blocks(data, catalog, store, workers=1, match_params=P19)
     assert same.extracted == 0 and current_digest(data) == first.digest
     old_files = set(shards.glob("*.npz"))
-    patch(41)
-    assert params().endswith("-patch41-fit19")
+    assert params().endswith("-patch41-fit19") and params(P41) == params()
     larger, again = await sync_blocks(data, catalog, store, workers=2)  # spawned workers are told the patch
     assert again.extracted == summary.extracted and again.kept == 0
     assert larger.digest != first.digest and current_digest(data) == larger.digest
@@ -192,15 +177,14 @@ async def test_an_index_of_another_patch_is_extracted_and_made_again_and_its_fil
             np.savez(f, **kept, describer=np.array("-patch41"))
     again_digest, refit = await sync_blocks(data, catalog, store, workers=1)
     assert refit.extracted == summary.extracted and again_digest.digest == larger.digest
-    patch(19)
     with pytest.raises(ValueError, match="holds 41 px descriptors fitted with 19 px ones and this process"):
-        load_blocks(data)  # a node describing its queries otherwise never answers from it
-    back, summary19 = await sync_blocks(data, catalog, store, workers=1)  # a spawned worker, told 19
+        load_blocks(data, P19)  # a node describing its queries otherwise never answers from it
+    back, summary19 = await sync_blocks(data, catalog, store, workers=1, match_params=P19)  # spawned, told 19
     assert summary19.extracted == summary.extracted and back.digest == first.digest
-    narrow = extract(decode_reduced((await store.get(_display(catalog, back.ids[0]))).data, STORED_SIDE))
+    narrow = extract(decode_reduced((await store.get(_display(catalog, back.ids[0]))).data, STORED_SIDE), patch=19)
     assert np.array_equal(back.features.features_of(0).desc, narrow.desc) and back.features.fine is None
-    assert params() == "orb-800-600-v3"  # the first patch's, as indexes made before the patch was said
-    _, settled = await sync_blocks(data, catalog, store, workers=1)
+    assert params(P19) == "orb-800-600-v3"  # the first patch's, as indexes made before the patch was said
+    _, settled = await sync_blocks(data, catalog, store, workers=1, match_params=P19)
     assert settled.extracted == 0
 
 
@@ -236,7 +220,7 @@ async def test_an_index_whose_patch_cannot_be_read_is_refused(copied: Copy, said
     assert load_blocks(data) is not None
 
 
-async def test_a_node_upgraded_past_its_index_says_why_it_finds_nothing(copied: Copy, patch: Any) -> None:
+async def test_a_node_upgraded_past_its_index_says_why_it_finds_nothing(copied: Copy) -> None:
     """A node of this version over an index of 19 px descriptors alone (made before 41 px was the default) keeps
     no index in service, and says so where search by image reports its state: which index, and what to run."""
     from imagesvc.search.by_image import matcher_for
@@ -245,9 +229,7 @@ async def test_a_node_upgraded_past_its_index_says_why_it_finds_nothing(copied: 
 
     data, catalog, store = copied
     services = Services(settings_for(data, search_wait=30), catalog, store)
-    patch(19)
-    old, _ = await sync_blocks(data, catalog, store, full=True, workers=1)
-    patch(DEFAULT)
+    old, _ = await sync_blocks(data, catalog, store, full=True, workers=1, match_params=P19)
     matcher = matcher_for(services)
     assert await matcher.ready() is None
     state = matcher.state()
@@ -312,7 +294,9 @@ def test_candidates_held_to_the_best_fit_by_its_pairs_its_stretch_and_its_agreem
     """``_confirmed``: a candidate is kept beside the best fit (most tight pairs) with a fifth of its pairs, a
     stretch within ``CONFIRM_STRETCH`` of its stretch, and ``CONFIRM_AGREE`` of its own proposed pairs in the tight
     fit; a best fit whose stretch is infinite (a degenerate homography) holds no one to its shape."""
-    from imagesvc.search.feature_index import NO_FIT, Candidate, Fit
+    from imagesvc.search.feature_index import Candidate
+    from imagesvc.search.guided_fit import NO_FIT, Fit
+    from imagesvc.search.printings import PrintingSearch
 
     stored = [extract(_stored(ill)) for ill in library(SIZE)[:6]]
     index = feature_index.build_index([stored], sum(len(f.desc) for f in stored), keep_desc=True)
@@ -321,7 +305,9 @@ def test_candidates_held_to_the_best_fit_by_its_pairs_its_stretch_and_its_agreem
 
     def kept(*fits: Fit) -> list[int]:
         found = [Candidate(n, 20, 30, 1.0, 20, 4, move) for n in range(len(fits))]
-        return [c.number for c in index._confirmed(query, found, dict(enumerate(fits)))]
+        search = PrintingSearch(index, query, None, DEFAULT_PARAMS)
+        search.fits = dict(enumerate(fits))
+        return [c.number for c in search._confirmed(found)]
 
     best = Fit(proposed=120, tight=100, cells=30, stretch=1.02, strong=60)
     assert kept(best, Fit(40, 30, 12, 1.03, 10)) == [0, 1]  # a printing: 0.3 of the best, same stretch, 0.75 agree
@@ -339,7 +325,9 @@ def test_a_candidate_the_best_block_does_not_vouch_for_must_fit_as_cleanly_as_it
     of the same picture), a candidate of another picture is kept only if as large a share of its pairs keeps to
     the tight fit and as large a share of those are near twins as of the block's; with no such sibling among them,
     nothing is measured against and all are kept."""
-    from imagesvc.search.feature_index import Candidate, Fit
+    from imagesvc.search.feature_index import Candidate
+    from imagesvc.search.guided_fit import Fit
+    from imagesvc.search.printings import PrintingSearch
 
     pictures = [extract(_stored(ill)) for ill in library(SIZE)[:4]]
     stored = [pictures[0], pictures[0], pictures[3]]  # 0 and 1 one block; 2 another picture
@@ -348,7 +336,10 @@ def test_a_candidate_the_best_block_does_not_vouch_for_must_fit_as_cleanly_as_it
 
     def kept(*held: tuple[int, Fit]) -> list[int]:
         pairs = [(Candidate(n, f.tight, f.proposed, 1.0, 20, 4, move), f) for n, f in held]
-        return [c.number for c in index._clean_as_the_block(pairs, held[0][1])]
+        return [
+            c.number
+            for c in PrintingSearch(index, stored[0], None, DEFAULT_PARAMS)._clean_as_the_block(pairs, held[0][1])
+        ]
 
     best = Fit(proposed=100, tight=90, cells=30, stretch=1.0, strong=60)  # 0.90 kept, 0.67 near twins
     sibling = Fit(100, 80, 28, 1.0, 48)  # 0.80, 0.60: lowers the floors
@@ -359,7 +350,7 @@ def test_a_candidate_the_best_block_does_not_vouch_for_must_fit_as_cleanly_as_it
 
 
 async def test_doctor_says_whether_search_by_image_can_answer_from_the_feature_index(
-    copied: Copy, tmp_path: Path, patch: Any
+    copied: Copy, tmp_path: Path
 ) -> None:
     """``imagesvc doctor`` on a data dir: no index (warn), an index of 19 px descriptors alone, as the former
     version made (fail: every node refuses it, and what to run), one of this version's (ok)."""
@@ -374,9 +365,7 @@ async def test_doctor_says_whether_search_by_image_can_answer_from_the_feature_i
 
     none = await finding(tmp_path / "empty")
     assert none.level == "warn" and "none made: run `imagesvc index`" in none.message
-    patch(19)
-    old, _ = await sync_blocks(data, catalog, store, workers=1)
-    patch(DEFAULT)
+    old, _ = await sync_blocks(data, catalog, store, workers=1, match_params=P19)
     refused = await finding()
     assert refused.level == "fail" and old.digest in refused.message
     assert "holds 19 px descriptors" in refused.message and "`imagesvc index`" in refused.message
