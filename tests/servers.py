@@ -1,7 +1,7 @@
 """Start real servers for tests (moto's S3, Ceph RGW, Redis, PostgreSQL, ``imagesvc serve``) on loopback ports, each
 with a stop function.
 
-Ports: a server that can bind port 0 does, and is asked for its port (``start_serve``, ``app_server``, moto); one
+Ports: a server that can bind port 0 does, and is asked for its port (``start_serve``, ``site_server``, moto); one
 that cannot (PostgreSQL, Redis, Ceph) gets a ``free_port`` and is started again on another when the port was taken
 meanwhile (``retry_port_taken``). ``refused_port`` holds a port where nothing listens, for a dead server.
 
@@ -35,7 +35,6 @@ __all__ = [
     "PostgresServer",
     "S3Server",
     "ServerUnavailable",
-    "app_server",
     "bound_socket",
     "create_database",
     "descendants",
@@ -44,6 +43,7 @@ __all__ = [
     "refused_port",
     "retry_port_taken",
     "serving_url",
+    "site_server",
     "start_ceph_rgw",
     "start_moto",
     "start_postgres",
@@ -225,7 +225,7 @@ def refused_port() -> Iterator[int]:
         yield int(sock.getsockname()[1])
 
 
-def app_server(make_app: Callable[[str], Any]) -> Any:
+def site_server(make_app: Callable[[str], Any]) -> Any:
     """An aiohttp ``TestServer`` (not started) for ``make_app(url)``, where ``url`` is the address it will serve on:
     for apps whose site URL must be their own address. The port is held from the start, never guessed."""
     from aiohttp.test_utils import TestServer

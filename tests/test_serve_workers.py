@@ -392,7 +392,7 @@ def test_a_node_started_while_redis_is_down_answers_503_until_it_returns(serve: 
         _wait_for(lambda: _status(port, PAGE) == 200, 30, "metered routes answering once Redis is back")
         assert proc.poll() is None
     finally:
-        redis.stop()
+        redis.close()
 
 
 _DELIVERIES = """
