@@ -31,8 +31,10 @@ from typing import Any, TypeVar
 
 __all__ = [
     "LogLines",
+    "Moto",
     "PortTaken",
     "PostgresServer",
+    "Redis",
     "S3Server",
     "ServerUnavailable",
     "bound_socket",
@@ -389,6 +391,81 @@ def start_redis_cluster_node(workdir: Path, *, timeout: float = 10.0) -> tuple[s
         stop()
         raise
     return url, stop
+
+
+# ---- servers a test stops and starts again (outages) ----
+
+
+class Moto:
+    """A moto S3 server of this test's own, stoppable and restartable on the port it first picked (objects kept in
+    memory, as a real server keeps them on disk)."""
+
+    def __init__(self) -> None:
+        try:
+            from moto.server import ThreadedMotoServer
+        except ImportError as exc:
+            raise ServerUnavailable(f"moto[server] is not installed: {exc}") from exc
+
+        self._make = lambda port: ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.server = self._make(0)
+        self.server.start()
+        self.port = int(self.server.get_host_and_port()[1])
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def restart(self) -> None:
+        self.server = self._make(self.port)
+        self.server.start()
+
+
+class Redis:
+    """A throw-away redis-server that can be killed and started again on the port it first took (a port taken by
+    another process before the first start bound it means a try on another)."""
+
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise ServerUnavailable("redis-server is not installed (scripts/install-system-deps.sh installs it)")
+        self.binary = binary
+        self.log = Path(tempfile.mkdtemp(prefix="imagesvc-redis-")) / "redis.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        retry_port_taken(lambda: self._start_on(free_port()))
+
+    def _start_on(self, port: int) -> None:
+        self.port = port
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.start()
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        with self.log.open("wb") as log:  # this start's output only: it tells a taken port from other failures
+            self.proc = subprocess.Popen(args, stdout=log, stderr=log)
+        deadline = time.monotonic() + 10
+        while not self._answers():
+            if self.proc.poll() is not None and PORT_TAKEN.search(self.log.read_text(errors="replace")):
+                raise PortTaken(f"port {self.port} was taken")
+            assert time.monotonic() < deadline and self.proc.poll() is None, "redis-server did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        """Kill the server and remove its log."""
+        self.stop()
+        shutil.rmtree(self.log.parent, ignore_errors=True)
 
 
 # ---- PostgreSQL ----

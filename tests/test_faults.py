@@ -8,11 +8,7 @@ seconds of its return, with the process up throughout.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
-import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -27,8 +23,7 @@ from imagesvc.catalog import Catalog
 from imagesvc.catalog.api_keys import create_key
 from imagesvc.storage.s3 import S3Config, S3Store
 from tests.library import copy_library, run_ingest, settings_for
-from tests.parts import missing_part
-from tests.servers import PORT_TAKEN, PortTaken, free_port, retry_port_taken
+from tests.servers import Moto, Redis
 
 GOOD_PAGE = {"book": "demo-broken-scans", "page": "1", "tier": "thumb"}
 DEMO_PAGE = {"book": "demo-speculum-fornacum", "page": "1", "tier": "thumb"}
@@ -51,27 +46,6 @@ async def eventually(probe: Callable[[], Awaitable[bool]], seconds: float) -> fl
 
 
 # ---- the S3 server dies and returns ----------------------------------------------------------------------------
-
-
-class Moto:
-    """A moto S3 server of this test's own, stoppable and restartable on the port it first picked (objects kept in
-    memory, as a real server keeps them on disk)."""
-
-    def __init__(self) -> None:
-        from moto.server import ThreadedMotoServer
-
-        self._make = lambda port: ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        self.server = self._make(0)
-        self.server.start()
-        self.port = int(self.server.get_host_and_port()[1])
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def restart(self) -> None:
-        self.server = self._make(self.port)
-        self.server.start()
 
 
 @pytest.fixture
@@ -128,61 +102,6 @@ async def test_s3_down_gives_503_and_recovers(
 
 
 # ---- Redis dies and returns --------------------------------------------------------------------------------------
-
-
-class Redis:
-    """A throw-away redis-server that can be killed and started again on the port it first took (a port taken by
-    another process before the first start bound it means a try on another)."""
-
-    def __init__(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            missing_part("redis-server is not installed (scripts/install-system-deps.sh installs it)")
-        self.binary = binary
-        self.log = Path(tempfile.mkdtemp(prefix="imagesvc-redis-")) / "redis.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        retry_port_taken(lambda: self._start_on(free_port()))
-
-    def _start_on(self, port: int) -> None:
-        self.port = port
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.start()
-
-    def _answers(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def start(self) -> None:
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=log)
-        deadline = time.monotonic() + 10
-        while not self._answers():
-            if self.proc.poll() is not None and PORT_TAKEN.search(self.log.read_text(errors="replace")):
-                raise PortTaken(f"port {self.port} was taken")
-            assert time.monotonic() < deadline and self.proc.poll() is None, "redis-server did not start"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def close(self) -> None:
-        """Kill the server and remove its log."""
-        self.stop()
-        shutil.rmtree(self.log.parent, ignore_errors=True)
-
-
-@pytest.fixture
-def redis() -> Iterator[Redis]:
-    server = Redis()
-    yield server
-    server.close()
 
 
 async def test_redis_down_delivers_nothing_and_recovers(

@@ -24,16 +24,9 @@ from typing import Any
 
 import pytest
 
-from tests.library import copy_library
-from tests.servers import LogLines, PostgresServer, create_database, descendants, parents, start_serve
-from tests.test_faults import Redis
+from tests.servers import LogLines, PostgresServer, Redis, create_database, descendants, parents, start_serve
 
 PAGE = "/api/image?book=demo-speculum-fornacum&page=2&tier=thumb"
-
-
-@pytest.fixture
-def data_dir(demo_library: dict[str, Any], tmp_path: Path) -> Path:
-    return copy_library(demo_library["data"], tmp_path / "data")
 
 
 def _children(pid: int) -> set[int]:
@@ -375,24 +368,20 @@ def test_a_worker_that_cannot_reach_the_database_does_not_halt_the_node(
     assert proc.poll() is None
 
 
-def test_a_node_started_while_redis_is_down_answers_503_until_it_returns(serve: Any) -> None:
+def test_a_node_started_while_redis_is_down_answers_503_until_it_returns(serve: Nodes, redis: Redis) -> None:
     """Redis (the access store) is down when the node starts: it starts, every metered route answers 503 naming no
     internal host, and it serves once Redis is back, without a restart."""
-    redis = Redis()
     redis.stop()
-    try:
-        proc, port = serve(1, access_backend="redis", redis_url=redis.url)
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}{PAGE}", timeout=30)
-        error = refused.value
-        body = error.read().decode()
-        assert error.code == 503 and json.loads(body)["error"] == "unavailable"
-        assert str(redis.port) not in body + str(error.headers), body
-        redis.start()
-        _wait_for(lambda: _status(port, PAGE) == 200, 30, "metered routes answering once Redis is back")
-        assert proc.poll() is None
-    finally:
-        redis.close()
+    proc, port = serve(1, access_backend="redis", redis_url=redis.url)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}{PAGE}", timeout=30)
+    error = refused.value
+    body = error.read().decode()
+    assert error.code == 503 and json.loads(body)["error"] == "unavailable"
+    assert str(redis.port) not in body + str(error.headers), body
+    redis.start()
+    _wait_for(lambda: _status(port, PAGE) == 200, 30, "metered routes answering once Redis is back")
+    assert proc.poll() is None
 
 
 _DELIVERIES = """

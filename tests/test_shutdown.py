@@ -23,15 +23,9 @@ from typing import Any
 
 import pytest
 
-from tests.library import copy_library
 from tests.servers import LogLines, descendants, start_serve, wait_healthy
 
 CHUNK = 4096
-
-
-@pytest.fixture
-def data_dir(demo_library: dict[str, Any], tmp_path: Path) -> Path:
-    return copy_library(demo_library["data"], tmp_path / "data")
 
 
 @dataclass
