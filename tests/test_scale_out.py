@@ -36,6 +36,7 @@ class Node:
     def __init__(self, env: dict[str, str], log: Path) -> None:
         self.log = log
         self.proc, self.url = start_serve(env, log, command=[IMAGESVC, "serve"])  # on a port it picks and names
+        self.port = int(self.url.rsplit(":", 1)[1])
 
     async def ready(self, session: aiohttp.ClientSession) -> None:
         deadline = time.monotonic() + 30
