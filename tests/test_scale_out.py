@@ -27,6 +27,8 @@ from imagesvc.storage.s3 import S3Config, S3Store
 from tests.servers import S3Server, start_serve
 from tests.test_ingest_kills import IMAGESVC, ingest_env, run, small_manifest
 
+pytestmark = pytest.mark.slow  # two serving processes, Redis and an S3 server (Ceph too) per test
+
 PAGE = {"book": "demo-broken-scans", "page": "1", "tier": "thumb"}
 
 

@@ -343,6 +343,7 @@ def test_sighup_is_a_graceful_reload_in_every_mode(serve: Nodes, workers: int) -
     assert "reloading" in serve.log(proc)
 
 
+@pytest.mark.slow
 def test_a_worker_that_cannot_reach_the_database_does_not_halt_the_node(
     serve: Any, postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
