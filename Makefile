@@ -7,7 +7,7 @@ SUM := $(shell cat pyproject.toml scripts/bootstrap.sh scripts/uv_install.py scr
 STAMP := $(VENV)/.installed-test-$(SUM)
 SERVE_STAMP := $(VENV)/.installed-serve-$(SUM)
 
-.PHONY: run test lint bench system-deps clean
+.PHONY: run test test-fast lint bench system-deps clean
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh scripts/uv_install.py scripts/arabic-dictionary.sh
 	PYTHON=$(PYTHON) bash scripts/bootstrap.sh $(VENV) test
@@ -36,6 +36,10 @@ lint: $(STAMP)
 test: $(STAMP) system-deps lint
 	$(VENV)/bin/imagesvc models
 	$(VENV)/bin/pytest --durations=30
+
+# The edit-test loop: every test not marked slow (docs/testing.md), stopping at the first failure.
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -m "not slow" -x -q --durations=20
 
 bench: $(STAMP) system-deps
 	$(VENV)/bin/python benchmarks/tiers.py

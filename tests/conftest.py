@@ -9,9 +9,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.library import build_library
+from tests.library import build_library, copy_library
 from tests.servers import (
     PostgresServer,
+    Redis,
     S3Server,
     ServerUnavailable,
     start_ceph_rgw,
@@ -78,6 +79,18 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
     yield from _serve(lambda: start_postgres(workdir))
 
 
+@pytest.fixture
+def redis() -> Iterator[Redis]:
+    """A Redis of the test's own, which it may stop and start again on its port (for outages; ``redis_server`` is
+    shared by the session)."""
+
+    def start() -> tuple[Redis, Callable[[], None]]:
+        server = Redis()
+        return server, server.close
+
+    yield from _serve(start)
+
+
 # ---- end of real servers ----
 
 
@@ -90,3 +103,9 @@ def demo_library(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     private copy with ``tests.library.copy_library``), and the ingest summary."""
     manifest, data, summary = build_library(tmp_path_factory.mktemp("demo"))
     return {"manifest": manifest, "data": data, "summary": summary}
+
+
+@pytest.fixture
+def data_dir(demo_library: dict[str, Any], tmp_path: Path) -> Path:
+    """A private copy of the ingested demo library's data dir, for a test to serve, change or break."""
+    return copy_library(demo_library["data"], tmp_path / "data")

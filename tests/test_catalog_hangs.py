@@ -15,7 +15,6 @@ import os
 import secrets
 import signal
 import statistics
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from imagesvc.catalog.postgres import PostgresCatalog
 from imagesvc.settings import Settings
 from imagesvc.web.app_keys import SERVICES
 from tests.library import settings_for
-from tests.servers import PostgresServer, create_database, descendants, free_port
+from tests.servers import PostgresServer, create_database, descendants, start_serve, stop_process
 from tests.test_ingest_kills import IMAGESVC, ingest_env
 
 pytestmark = pytest.mark.slow
@@ -259,18 +258,14 @@ async def test_imagesvc_serve_starts_and_keeps_its_workers_while_the_database_is
     """``imagesvc serve`` with two workers, started while PostgreSQL refuses connections: it stays up, alive and not
     ready, answers 503 on catalog routes, and serves once the server is back, with the same processes."""
     settings = _settings(tmp_path, url)
-    port = free_port()
     env = ingest_env(settings.data_dir) | {
         "IMAGESVC_CATALOG": "postgres",
         "IMAGESVC_DATABASE_URL": url,
-        "IMAGESVC_PORT": str(port),
         "IMAGESVC_SERVE_WORKERS": "2",
         "IMAGESVC_TEXT_MODEL": "off",
     }
-    base = f"http://127.0.0.1:{port}"
-    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 - closed below
     postgres_server.stop("fast")
-    proc = subprocess.Popen([IMAGESVC, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc, base = start_serve(env, tmp_path / "serve.log", command=[IMAGESVC, "serve"])
     try:
         async with aiohttp.ClientSession() as session:
 
@@ -305,13 +300,7 @@ async def test_imagesvc_serve_starts_and_keeps_its_workers_while_the_database_is
     finally:
         if not _answers(postgres_server):
             postgres_server.start()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        stop_process(proc)
 
 
 def _answers(server: PostgresServer) -> bool:

@@ -7,8 +7,10 @@ import asyncio
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
@@ -18,7 +20,7 @@ from aiohttp import web
 
 from imagesvc.settings import SettingsError, load_settings
 from tests.parts import missing_part
-from tests.servers import free_port
+from tests.servers import PORT_TAKEN, PortTaken, free_port, retry_port_taken
 
 DOCKER = Path(__file__).resolve().parent.parent / "docker"
 SECRETS = {
@@ -157,26 +159,36 @@ async def test_nginx_refuses_a_flood_of_searches_by_image_before_a_worker_reads_
     app.router.add_route("*", "/{tail:.*}", upstream)
     runner = web.AppRunner(app)
     await runner.setup()
-    app_port, proxy_port = free_port(), free_port()
-    await web.TCPSite(runner, "127.0.0.1", app_port).start()
-    text = (DOCKER / "nginx.conf").read_text().replace("listen 80;", f"listen 127.0.0.1:{proxy_port};")
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    app_port = runner.addresses[0][1]
+    base = (DOCKER / "nginx.conf").read_text()
     for host in ("app1:8080", "app2:8080", "minio:9000"):
-        text = text.replace(f"server {host}", f"server 127.0.0.1:{app_port}")
-    text = text.replace("/var/cache/nginx/imagesvc", str(tmp_path / "cache"))
+        base = base.replace(f"server {host}", f"server 127.0.0.1:{app_port}")
+    base = base.replace("/var/cache/nginx/imagesvc", str(tmp_path / "cache"))
     (tmp_path / "logs").mkdir()
-    (tmp_path / "nginx.conf").write_text(text)
     command = [nginx, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")]
-    log = (tmp_path / "nginx.log").open("wb")
-    proxy = subprocess.Popen([*command, "-g", f"daemon off; pid {tmp_path / 'nginx.pid'};"], stdout=log, stderr=log)
+
+    def start_proxy() -> tuple[subprocess.Popen[bytes], int]:
+        """nginx on a free port (it cannot bind port 0 and say which): again on another if that one was taken."""
+        port = free_port()
+        (tmp_path / "nginx.conf").write_text(base.replace("listen 80;", f"listen 127.0.0.1:{port};"))
+        with (tmp_path / "nginx.log").open("ab") as log:
+            proc = subprocess.Popen(
+                [*command, "-g", f"daemon off; pid {tmp_path / 'nginx.pid'};"], stdout=log, stderr=log
+            )
+        while not _answers(port):  # a bound only a hang reaches
+            if proc.poll() is not None:
+                output = (tmp_path / "nginx.log").read_text(errors="replace")
+                raise (PortTaken if PORT_TAKEN.search(output) else AssertionError)(output[-2000:])
+            assert time.monotonic() - started < 60, "nginx did not answer"
+            time.sleep(0.05)
+        assert proc.poll() is None, "nginx exited after its port answered: another process had it"
+        return proc, port
+
+    started = time.monotonic()
+    proxy, proxy_port = await asyncio.to_thread(retry_port_taken, start_proxy)
     try:
         async with aiohttp.ClientSession() as http:
-            for _ in range(100):
-                try:
-                    async with http.get(f"http://127.0.0.1:{proxy_port}/health") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.05)
             url = f"http://127.0.0.1:{proxy_port}/api/gallery/search-by-image"
 
             async def upload() -> int:
@@ -194,5 +206,13 @@ async def test_nginx_refuses_a_flood_of_searches_by_image_before_a_worker_reads_
     finally:
         proxy.terminate()
         proxy.wait(10)
-        log.close()
         await runner.cleanup()
+
+
+def _answers(port: int) -> bool:
+    """Whether anything accepts a connection on loopback ``port``."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True

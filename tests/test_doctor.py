@@ -13,7 +13,7 @@ import pytest
 from imagesvc.cli import main
 from imagesvc.storage.s3 import S3Config, S3Store
 from tests.library import copy_library
-from tests.servers import S3Server, free_port
+from tests.servers import S3Server, refused_port
 
 SEVERITY = {"ok": 0, "warn": 1, "fail": 2}
 
@@ -59,14 +59,15 @@ def test_a_language_without_its_dictionary_is_a_warning_that_says_how_to_add_it(
 def test_failures_name_what_to_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, found = _doctor(
-        monkeypatch,
-        capsys,
-        data_dir=str(tmp_path),
-        access_backend="redis",
-        redis_url=f"redis://127.0.0.1:{free_port()}/0",
-        clip_weights=str(tmp_path / "missing.safetensors"),
-    )
+    with refused_port() as port:
+        code, found = _doctor(
+            monkeypatch,
+            capsys,
+            data_dir=str(tmp_path),
+            access_backend="redis",
+            redis_url=f"redis://127.0.0.1:{port}/0",
+            clip_weights=str(tmp_path / "missing.safetensors"),
+        )
     assert code == 1
     assert found["access"]["level"] == "fail" and "IMAGESVC_REDIS_URL" in found["access"]["message"]
     assert found["clip"]["level"] == "fail" and "missing.safetensors" in found["clip"]["message"]

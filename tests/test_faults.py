@@ -8,10 +8,7 @@ seconds of its return, with the process up throughout.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
-import socket
-import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -26,8 +23,7 @@ from imagesvc.catalog import Catalog
 from imagesvc.catalog.api_keys import create_key
 from imagesvc.storage.s3 import S3Config, S3Store
 from tests.library import copy_library, run_ingest, settings_for
-from tests.parts import missing_part
-from tests.servers import free_port
+from tests.servers import Moto, Redis
 
 GOOD_PAGE = {"book": "demo-broken-scans", "page": "1", "tier": "thumb"}
 DEMO_PAGE = {"book": "demo-speculum-fornacum", "page": "1", "tier": "thumb"}
@@ -50,27 +46,6 @@ async def eventually(probe: Callable[[], Awaitable[bool]], seconds: float) -> fl
 
 
 # ---- the S3 server dies and returns ----------------------------------------------------------------------------
-
-
-class Moto:
-    """A moto S3 server of this test's own on a fixed port, stoppable and restartable (objects kept in memory, as a
-    real server keeps them on disk)."""
-
-    def __init__(self) -> None:
-        from moto.server import ThreadedMotoServer
-
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._make = lambda: ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self.server = self._make()
-        self.server.start()
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def restart(self) -> None:
-        self.server = self._make()
-        self.server.start()
 
 
 @pytest.fixture
@@ -127,47 +102,6 @@ async def test_s3_down_gives_503_and_recovers(
 
 
 # ---- Redis dies and returns --------------------------------------------------------------------------------------
-
-
-class Redis:
-    """A throw-away redis-server on a fixed port that can be stopped and started again there."""
-
-    def __init__(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            missing_part("redis-server is not installed (scripts/install-system-deps.sh installs it)")
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def _answers(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not self._answers():
-            assert time.monotonic() < deadline and self.proc.poll() is None, "redis-server did not start"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@pytest.fixture
-def redis() -> Iterator[Redis]:
-    server = Redis()
-    yield server
-    server.stop()
 
 
 async def test_redis_down_delivers_nothing_and_recovers(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from imagesvc.catalog.postgres import PostgresCatalog
 from imagesvc.search.published import current, fetch, publish
@@ -56,6 +57,7 @@ async def _variant(store: S3Store, url: str, row: dict[str, Any], work: Path, na
     return done.digest
 
 
+@pytest.mark.slow
 async def test_nodes_rank_with_the_published_index_follow_new_ones_and_refuse_bad_ones(
     shared: dict[str, str],  # noqa: F811 - the fixture imported above
     moto_server: S3Server,

@@ -13,7 +13,6 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,7 @@ from imagesvc.catalog.backends import open_catalog
 from imagesvc.errors import Unavailable
 from imagesvc.storage.s3 import S3Config, S3Store
 from tests.library import copy_library, settings_for
-from tests.servers import PostgresServer, create_database
-from tests.test_faults import Moto, Redis
+from tests.servers import Moto, PostgresServer, Redis, create_database
 
 BOOK = "demo-speculum-fornacum"
 REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
@@ -73,13 +71,6 @@ def _assert_nothing_names(answers: list[tuple[str, int, str]], port: int, kind: 
 @pytest.fixture
 def data(demo_library: dict[str, Any], tmp_path: Path) -> Path:
     return copy_library(demo_library["data"], tmp_path / "data")
-
-
-@pytest.fixture
-def redis() -> Iterator[Redis]:
-    server = Redis()
-    yield server
-    server.stop()
 
 
 async def test_redis_down(redis: Redis, data: Path, aiohttp_client: Any, caplog: pytest.LogCaptureFixture) -> None:

@@ -24,8 +24,10 @@ from imagesvc.access.redis import RedisAccess
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.api_keys import create_key
 from imagesvc.storage.s3 import S3Config, S3Store
-from tests.servers import S3Server, free_port
+from tests.servers import S3Server, start_serve
 from tests.test_ingest_kills import IMAGESVC, ingest_env, run, small_manifest
+
+pytestmark = pytest.mark.slow  # two serving processes, Redis and an S3 server (Ceph too) per test
 
 PAGE = {"book": "demo-broken-scans", "page": "1", "tier": "thumb"}
 
@@ -34,23 +36,21 @@ class Node:
     """One ``imagesvc serve`` subprocess."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        env = env | {"IMAGESVC_PORT": str(self.port)}
-        self.proc = subprocess.Popen([IMAGESVC, "serve"], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.log = log
+        self.proc, self.url = start_serve(env, log, command=[IMAGESVC, "serve"])  # on a port it picks and names
+        self.port = int(self.url.rsplit(":", 1)[1])
 
     async def ready(self, session: aiohttp.ClientSession) -> None:
         deadline = time.monotonic() + 30
         while True:
-            assert self.proc.poll() is None, f"imagesvc serve exited: see {self.log.name}"
+            assert self.proc.poll() is None, f"imagesvc serve exited: see {self.log}"
             try:
                 async with session.get(f"{self.url}/health") as resp:
                     if resp.status == 200:
                         return
             except aiohttp.ClientError:
                 pass
-            assert time.monotonic() < deadline, f"imagesvc serve did not come up: see {self.log.name}"
+            assert time.monotonic() < deadline, f"imagesvc serve did not come up: see {self.log}"
             await asyncio.sleep(0.1)
 
     def stop(self) -> None:
@@ -61,7 +61,6 @@ class Node:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.log.close()
 
 
 @pytest.fixture(params=["moto_server", "ceph_rgw"])

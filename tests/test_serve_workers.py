@@ -10,7 +10,6 @@ import contextlib
 import http.client
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -25,16 +24,9 @@ from typing import Any
 
 import pytest
 
-from tests.library import copy_library
-from tests.servers import PostgresServer, create_database, descendants, parents, serving_url
-from tests.test_faults import Redis
+from tests.servers import LogLines, PostgresServer, Redis, create_database, descendants, parents, start_serve
 
 PAGE = "/api/image?book=demo-speculum-fornacum&page=2&tier=thumb"
-
-
-@pytest.fixture
-def data_dir(demo_library: dict[str, Any], tmp_path: Path) -> Path:
-    return copy_library(demo_library["data"], tmp_path / "data")
 
 
 def _children(pid: int) -> set[int]:
@@ -78,18 +70,22 @@ def _server_inode(client_port: int) -> str | None:
     return None
 
 
-@pytest.fixture
-def serve(data_dir: Path) -> Iterator[Any]:
-    procs: list[subprocess.Popen[str]] = []
+class Nodes:
+    """Starts ``imagesvc serve`` processes on ports the system picks, each logging to a file of its own; kills what
+    is left of them at the end of the test."""
 
-    def start(workers: int, *, wait: bool = True, **env: str) -> tuple[subprocess.Popen[str], int]:
+    def __init__(self, data_dir: Path, logs: Path) -> None:
+        self.data_dir, self.logs = data_dir, logs
+        self.procs: dict[subprocess.Popen[bytes], LogLines] = {}
+
+    def __call__(self, workers: int, *, wait: bool = True, **env: str) -> tuple[subprocess.Popen[bytes], int]:
         environ = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
-        environ |= {"IMAGESVC_DATA_DIR": str(data_dir), "IMAGESVC_PORT": "0", "IMAGESVC_SHUTDOWN_TIMEOUT": "5"}
+        environ |= {"IMAGESVC_DATA_DIR": str(self.data_dir), "IMAGESVC_SHUTDOWN_TIMEOUT": "5"}
         environ |= {k if k.isupper() else f"IMAGESVC_{k.upper()}": v for k, v in env.items()}
-        cmd = [sys.executable, "-m", "imagesvc.cli", "serve", "--workers", str(workers)]
-        proc = subprocess.Popen(cmd, env=environ, stderr=subprocess.PIPE, text=True)
-        procs.append(proc)
-        port = int(serving_url(proc).rsplit(":", 1)[1])
+        log = self.logs / f"serve-{len(self.procs)}.log"
+        proc, url = start_serve(environ, log, "--workers", str(workers))
+        self.procs[proc] = LogLines(log)
+        port = int(url.rsplit(":", 1)[1])
         if not wait:
             return proc, port
         deadline = time.monotonic() + 60
@@ -100,13 +96,22 @@ def serve(data_dir: Path) -> Iterator[Any]:
         _get(port, "/health")
         return proc, port
 
-    yield start
-    for proc in procs:
+    def log(self, proc: subprocess.Popen[bytes]) -> str:
+        """What ``proc`` has written so far."""
+        return "\n".join(self.procs[proc].read())
+
+
+@pytest.fixture
+def serve(data_dir: Path, tmp_path: Path) -> Iterator[Nodes]:
+    nodes = Nodes(data_dir, tmp_path)
+    yield nodes
+    for proc in nodes.procs:
         for child in descendants(proc.pid):
-            os.kill(child, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()
+        proc.wait()
 
 
 def _get(port: int, path: str) -> int:
@@ -143,14 +148,13 @@ def test_workers_share_the_port_and_one_exact_budget(serve: Any) -> None:
     assert statuses.count(429) == 6
 
 
-def test_sigterm_drains_every_worker_and_leaves_nothing(serve: Any) -> None:
+def test_sigterm_drains_every_worker_and_leaves_nothing(serve: Nodes) -> None:
     proc, _ = serve(2)
     workers = _workers(proc.pid)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert all(not Path(f"/proc/{w}").exists() or "zombie" in Path(f"/proc/{w}/status").read_text() for w in workers)
-    log = proc.stderr.read()  # type: ignore[union-attr]
-    assert log.count("draining in-flight requests") == 2
+    assert serve.log(proc).count("draining in-flight requests") == 2
 
 
 def test_a_dead_worker_is_replaced_and_a_dead_supervisor_takes_its_workers(serve: Any) -> None:
@@ -185,7 +189,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _stops_within_the_drain(proc: subprocess.Popen[str], family: set[int], signalled: float) -> int:
+def _stops_within_the_drain(proc: subprocess.Popen[bytes], family: set[int], signalled: float) -> int:
     """Wait for the supervisor; asserts it exited within DRAIN + SLACK seconds of ``signalled`` and that none of
     ``family`` (every process it had) outlived it. Returns its exit status."""
     try:
@@ -301,12 +305,11 @@ def _wait_for(predicate: Any, seconds: float, what: str) -> None:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_sighup_is_a_graceful_reload_in_every_mode(serve: Any, workers: int) -> None:
+def test_sighup_is_a_graceful_reload_in_every_mode(serve: Nodes, workers: int) -> None:
     """SIGHUP (docs/operations.md) starts fresh workers and drains the old ones, one worker as several: the node
     never stops, and every request sent before, during and after the reload is answered. (With one worker, SIGHUP
     used to end the node: 52 of 60 requests refused.)"""
     proc, port = serve(workers)
-    log = _collect_stderr(proc)
     old = _workers(proc.pid)
     statuses: list[int | str] = []
     stop = threading.Event()
@@ -337,47 +340,10 @@ def test_sighup_is_a_graceful_reload_in_every_mode(serve: Any, workers: int) -> 
     assert proc.poll() is None, "the node stopped on SIGHUP"
     refused = [s for s in statuses if s != 200]
     assert not refused, f"{len(refused)} of {len(statuses)} requests not answered: {refused[:5]}"
-    assert any("reloading" in line for line in log)
+    assert "reloading" in serve.log(proc)
 
 
-def _collect_stderr(proc: subprocess.Popen[str]) -> list[str]:
-    """The node's stderr lines, collected by a thread as they come (a pipe nobody reads would block the node)."""
-    lines: list[str] = []
-
-    def read() -> None:
-        with contextlib.suppress(ValueError, OSError):  # the pipe closed by the fixture's clean-up
-            for line in proc.stderr:  # type: ignore[union-attr]
-                lines.append(line)
-
-    threading.Thread(target=read, daemon=True).start()
-    return lines
-
-
-def _lines_until(proc: subprocess.Popen[str], needle: str, count: int, seconds: float) -> list[str]:
-    """The node's stderr lines until ``needle`` has appeared ``count`` times; fails if it exits first or after
-    ``seconds`` (a bound that only a hang reaches)."""
-    found: queue.Queue[str | None] = queue.Queue()
-
-    def read() -> None:
-        with contextlib.suppress(ValueError, OSError):  # the pipe closed by the fixture's clean-up
-            for line in proc.stderr:  # type: ignore[union-attr]
-                found.put(line)
-        found.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
-    lines: list[str] = []
-    deadline = time.monotonic() + seconds
-    while sum(needle in line for line in lines) < count:
-        try:
-            line = found.get(timeout=max(0.1, deadline - time.monotonic()))
-        except queue.Empty:
-            raise AssertionError(f"{needle!r} not logged {count} times within {seconds} s: {lines[-5:]}") from None
-        if line is None:
-            raise AssertionError(f"the node exited ({proc.wait()}) before {needle!r}: {''.join(lines[-8:])}")
-        lines.append(line)
-    return lines
-
-
+@pytest.mark.slow
 def test_a_worker_that_cannot_reach_the_database_does_not_halt_the_node(
     serve: Any, postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
@@ -403,24 +369,20 @@ def test_a_worker_that_cannot_reach_the_database_does_not_halt_the_node(
     assert proc.poll() is None
 
 
-def test_a_node_started_while_redis_is_down_answers_503_until_it_returns(serve: Any) -> None:
+def test_a_node_started_while_redis_is_down_answers_503_until_it_returns(serve: Nodes, redis: Redis) -> None:
     """Redis (the access store) is down when the node starts: it starts, every metered route answers 503 naming no
     internal host, and it serves once Redis is back, without a restart."""
-    redis = Redis()
     redis.stop()
-    try:
-        proc, port = serve(1, access_backend="redis", redis_url=redis.url)
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}{PAGE}", timeout=30)
-        error = refused.value
-        body = error.read().decode()
-        assert error.code == 503 and json.loads(body)["error"] == "unavailable"
-        assert str(redis.port) not in body + str(error.headers), body
-        redis.start()
-        _wait_for(lambda: _status(port, PAGE) == 200, 30, "metered routes answering once Redis is back")
-        assert proc.poll() is None
-    finally:
-        redis.stop()
+    proc, port = serve(1, access_backend="redis", redis_url=redis.url)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}{PAGE}", timeout=30)
+    error = refused.value
+    body = error.read().decode()
+    assert error.code == 503 and json.loads(body)["error"] == "unavailable"
+    assert str(redis.port) not in body + str(error.headers), body
+    redis.start()
+    _wait_for(lambda: _status(port, PAGE) == 200, 30, "metered routes answering once Redis is back")
+    assert proc.poll() is None
 
 
 _DELIVERIES = """
@@ -482,7 +444,7 @@ def test_malloc_tuning_yields_only_to_the_operators_own_thresholds(env: dict[str
     assert out == str(applies)
 
 
-def test_workers_start_together_on_a_fresh_data_dir(serve: Any, tmp_path: Path) -> None:
+def test_workers_start_together_on_a_fresh_data_dir(serve: Nodes, tmp_path: Path) -> None:
     """No catalog yet: it is made once, before the workers start (workers creating it at once made one fail to
     boot, and gunicorn then stops the whole server). Repeated, as the race it guards against is one of timing."""
     for n in range(3):
@@ -491,4 +453,4 @@ def test_workers_start_together_on_a_fresh_data_dir(serve: Any, tmp_path: Path) 
         assert _get(port, "/health") == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-        assert "failed to boot" not in proc.stderr.read()  # type: ignore[union-attr]
+        assert "failed to boot" not in serve.log(proc)

@@ -16,49 +16,44 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.library import copy_library
-from tests.servers import descendants
+from tests.servers import LogLines, descendants, start_serve, wait_healthy
 
 CHUNK = 4096
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+@dataclass
+class Node:
+    """One ``imagesvc serve`` under test: its process, port and log (JSON lines, written to a file as they come)."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: LogLines
+
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.log.read() if line.startswith("{")]
+
+    def messages(self) -> list[str]:
+        return [record.get("message", "") for record in self.records()]
 
 
-@pytest.fixture
-def data_dir(demo_library: dict[str, Any], tmp_path: Path) -> Path:
-    return copy_library(demo_library["data"], tmp_path / "data")
+def _start(data_dir: Path, log: Path, *args: str, command: list[str] | None = None, **env: str) -> Node:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
+    environ |= {"IMAGESVC_DATA_DIR": str(data_dir), "IMAGESVC_LOG_FORMAT": "json", **env}
+    proc, url = start_serve(environ, log, *args, command=command)
+    return Node(proc, int(url.rsplit(":", 1)[1]), LogLines(log))
 
 
-def _serve(data_dir: Path, timeout: int) -> tuple[subprocess.Popen[str], int]:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
-    env |= {
-        "IMAGESVC_DATA_DIR": str(data_dir),
-        "IMAGESVC_PORT": str(port),
-        "IMAGESVC_LOG_FORMAT": "json",
-        "IMAGESVC_SHUTDOWN_TIMEOUT": str(timeout),
-    }
-    proc = subprocess.Popen([sys.executable, "-m", "imagesvc.cli", "serve"], env=env, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
-                if resp.status == 200:
-                    return proc, port
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError(f"imagesvc serve did not answer /health: {proc.communicate()[1][-2000:]}")
+def _serve(data_dir: Path, timeout: int, log: Path) -> Node:
+    node = _start(data_dir, log, IMAGESVC_SHUTDOWN_TIMEOUT=str(timeout))
+    wait_healthy(f"http://127.0.0.1:{node.port}", node.proc, log)
+    return node
 
 
 @pytest.fixture
@@ -76,19 +71,20 @@ def big_image(data_dir: Path) -> tuple[str, bytes]:
     return "/img/large/1-full-0badcafe.jpg", data
 
 
-def _read_logs_until_drained(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+def _read_logs_until_drained(node: Node) -> list[dict[str, Any]]:
     """The server's JSON log lines up to the moment every worker logged that it is draining (its listening socket is
     closed by then); fails if the server exits first."""
-    logs: list[dict[str, Any]] = []
-    workers = 1  # one process serves alone; a supervisor names how many workers it signalled
-    for line in proc.stderr:  # type: ignore[union-attr]
-        if line.startswith("{"):
-            logs.append(json.loads(line))
-            if found := re.search(r"SIGTERM to (\d+) workers", logs[-1].get("message", "")):
+
+    def drained(_: list[str]) -> list[dict[str, Any]] | None:
+        records = node.records()
+        workers = 1  # one process serves alone; a supervisor names how many workers it signalled
+        for record in records:
+            if found := re.search(r"SIGTERM to (\d+) workers", record.get("message", "")):
                 workers = int(found[1])
-            if sum("draining" in entry.get("message", "") for entry in logs) == workers:
-                return logs
-    raise AssertionError(f"the server exited before all its workers were draining: {logs[-5:]}")
+        return records if sum("draining" in r.get("message", "") for r in records) == workers else None
+
+    result: list[dict[str, Any]] = node.log.wait_for(drained, node.proc)
+    return result
 
 
 def _start_slow_download(port: int, path: str) -> socket.socket:
@@ -108,19 +104,25 @@ def _split(raw: bytes) -> tuple[int, dict[str, str], bytes]:
 
 
 @pytest.fixture
-def cleanup() -> Iterator[list[subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
+def cleanup() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
     yield procs
     for proc in procs:
+        for child in descendants(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()  # reaps the process and closes its stderr pipe
+        proc.wait()
 
 
 def test_sigterm_drains_an_in_flight_download(
-    data_dir: Path, big_image: tuple[str, bytes], cleanup: list[subprocess.Popen[str]]
+    data_dir: Path, tmp_path: Path, big_image: tuple[str, bytes], cleanup: list[subprocess.Popen[bytes]]
 ) -> None:
-    proc, port = _serve(data_dir, timeout=60)  # generous: the drain ends when the download does, not by the clock
+    node = _serve(
+        data_dir, 60, tmp_path / "serve.log"
+    )  # generous: the drain ends when the download does, not by the clock
+    proc, port = node.proc, node.port
     cleanup.append(proc)
     path, expected = big_image
     sock = _start_slow_download(port, path)
@@ -128,7 +130,7 @@ def test_sigterm_drains_an_in_flight_download(
     proc.send_signal(signal.SIGTERM)
     # The event, not a sleep: each worker logs "draining" once its listening socket is closed. The client has read
     # one chunk of 8 MB, so the response is certainly still in flight.
-    logs = _read_logs_until_drained(proc)
+    _read_logs_until_drained(node)
     assert proc.poll() is None, "the server exited while a response was still being sent"
     with pytest.raises(ConnectionRefusedError):  # no longer accepting
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
@@ -139,18 +141,19 @@ def test_sigterm_drains_an_in_flight_download(
     assert status == 200 and int(headers["content-length"]) == len(expected)
     assert body == expected
     assert proc.wait(timeout=60) == 0  # a bound that fails only on a hang
-    logs += [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith("{")]  # type: ignore[union-attr]
+    logs = node.records()
     access = [line for line in logs if line["logger"] == "imagesvc.access" and line["path"] == path]
     assert access and access[0]["status"] == 200 and access[0]["route"] == "/img/{path}"
     assert any("draining" in line["message"] for line in logs)
 
 
 def test_shutdown_timeout_bounds_the_drain(
-    data_dir: Path, big_image: tuple[str, bytes], cleanup: list[subprocess.Popen[str]]
+    data_dir: Path, tmp_path: Path, big_image: tuple[str, bytes], cleanup: list[subprocess.Popen[bytes]]
 ) -> None:
     """A client that stops reading cannot hold the process past IMAGESVC_SHUTDOWN_TIMEOUT (per phase: drain, then
     cancel); the process still exits 0 and the stalled client sees a truncated response."""
-    proc, port = _serve(data_dir, timeout=1)
+    node = _serve(data_dir, 1, tmp_path / "serve.log")
+    proc, port = node.proc, node.port
     cleanup.append(proc)
     path, expected = big_image
     sock = _start_slow_download(port, path)
@@ -200,32 +203,36 @@ def _cpu_seconds(pids: set[int]) -> float:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_sigterm_stops_background_work_too(data_dir: Path, cleanup: list[subprocess.Popen[str]], workers: int) -> None:
+def test_sigterm_stops_background_work_too(
+    data_dir: Path, tmp_path: Path, cleanup: list[subprocess.Popen[bytes]], workers: int
+) -> None:
     """The process (every worker) ends within the drain time although a warm-up thread would compute for 90 s more;
     nothing of it is left using CPU after "stopped"."""
     drain = 3
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
-    env |= {"IMAGESVC_DATA_DIR": str(data_dir), "IMAGESVC_PORT": str(_free_port())}
-    env |= {"IMAGESVC_SHUTDOWN_TIMEOUT": str(drain)}
-    cmd = [sys.executable, "-c", _BUSY_WARM_UP, str(workers)]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    command = [sys.executable, "-c", _BUSY_WARM_UP, str(workers)]
+    node = _start(data_dir, tmp_path / "serve.log", command=command, IMAGESVC_SHUTDOWN_TIMEOUT=str(drain))
+    proc = node.proc
     cleanup.append(proc)
-    busy = 0
-    for line in proc.stderr:  # type: ignore[union-attr]
-        busy += "warm-up busy" in line
-        if busy == workers:
-            break
+    node.log.wait_for(lambda lines: sum("warm-up busy" in line for line in lines) == workers, proc)
     family = descendants(proc.pid) | {proc.pid}
-    time.sleep(0.5)
-    assert _cpu_seconds(family) > 0.2  # the stand-in embedding is computing
+    before = _cpu_seconds(family)
+    # the stand-in embedding is computing: its CPU time grows (a bound only a stuck warm-up reaches)
+    _wait_for(lambda: _cpu_seconds(family) > before + 0.2, 30, "the warm-up computing")
     proc.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
     code = proc.wait(timeout=60)
     took = time.monotonic() - signalled
     assert code == 0 and took < drain + 3, f"exit {code} after {took:.1f} s (drain {drain} s)"
-    assert "stopped" in proc.stderr.read()  # type: ignore[union-attr]
-    time.sleep(0.5)
-    assert not [pid for pid in family if Path(f"/proc/{pid}").exists()]  # no thread of it computes on
+    assert any("stopped" in message for message in node.messages())
+    # no thread of it computes on: every process of it gone (the warm-up would compute for 90 s more)
+    _wait_for(lambda: not [pid for pid in family if Path(f"/proc/{pid}").exists()], 30, "every process gone")
+
+
+def _wait_for(done: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.05)
 
 
 def _noise_jpeg(width: int, height: int) -> bytes:
@@ -237,16 +244,19 @@ def _noise_jpeg(width: int, height: int) -> bytes:
     return out.getvalue()
 
 
-def _search_by_image(port: int, body: bytes, outcomes: dict[int, str], n: int) -> None:
-    """One client: POST the picture, read to the end; its outcome is "response <status>", "closed" (a clean end
-    with no answer) or the error it met."""
+def _search_by_image(port: int, body: bytes, outcomes: dict[int, str], n: int, sent: threading.Semaphore) -> None:
+    """One client: POST the picture (``sent`` released once it is all sent), read to the end; its outcome is
+    "response <status>", "closed" (a clean end with no answer) or the error it met."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
             head = (
                 f"POST /api/gallery/search-by-image HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: image/jpeg\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             )
-            sock.sendall(head.encode() + body)
+            try:
+                sock.sendall(head.encode() + body)
+            finally:
+                sent.release()
             raw = b""
             while chunk := sock.recv(65536):
                 raw += chunk
@@ -256,19 +266,23 @@ def _search_by_image(port: int, body: bytes, outcomes: dict[int, str], n: int) -
 
 
 def test_sigterm_during_searches_answers_or_closes_every_client(
-    data_dir: Path, cleanup: list[subprocess.Popen[str]]
+    data_dir: Path, tmp_path: Path, cleanup: list[subprocess.Popen[bytes]]
 ) -> None:
-    """12 searches by image (seconds of CPU each, in worker threads), SIGTERM 3 s in: every client gets an answer or a
-    clean close, and the process exits within the drain time instead of running every queued search first."""
+    """12 searches by image (seconds of CPU each, in worker threads), SIGTERM once every client has sent its picture:
+    every client gets an answer or a clean close, and the process exits within the drain time instead of running
+    every queued search first."""
     drain = 4
-    proc, port = _serve(data_dir, timeout=drain)
+    node = _serve(data_dir, drain, tmp_path / "serve.log")
+    proc, port = node.proc, node.port
     cleanup.append(proc)
     body = _noise_jpeg(3000, 2200)
     outcomes: dict[int, str] = {}
-    clients = [threading.Thread(target=_search_by_image, args=(port, body, outcomes, n)) for n in range(12)]
+    sent = threading.Semaphore(0)
+    clients = [threading.Thread(target=_search_by_image, args=(port, body, outcomes, n, sent)) for n in range(12)]
     for client in clients:
         client.start()
-    time.sleep(3)
+    for _ in clients:  # the event, not a sleep: every picture handed over (a bound only a hang reaches)
+        assert sent.acquire(timeout=120), "a client could not send its picture"
     in_flight = 12 - len(outcomes)
     proc.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
@@ -277,37 +291,31 @@ def test_sigterm_during_searches_answers_or_closes_every_client(
     for client in clients:
         client.join(timeout=30)
     shed = any(o in ("response 429", "response 503") for o in outcomes.values())  # refused at once: nothing to drain
-    assert in_flight > 0 or shed, f"every search was done within 3 s ({outcomes}): nothing was in flight at the signal"
+    assert in_flight > 0 or shed, f"every search was done before the signal ({outcomes}): nothing was in flight"
     assert code == 0 and took < drain + 3, f"exit {code} after {took:.1f} s (drain {drain} s)"
     assert len(outcomes) == 12 and all(o.startswith(("response", "closed")) for o in outcomes.values()), outcomes
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sighup_reloads_without_cutting_an_in_flight_download(
-    data_dir: Path, big_image: tuple[str, bytes], cleanup: list[subprocess.Popen[str]], workers: int
+    data_dir: Path, tmp_path: Path, big_image: tuple[str, bytes], cleanup: list[subprocess.Popen[bytes]], workers: int
 ) -> None:
     """SIGHUP means the same with one worker as with several (docs/operations.md, "Signals"): a graceful reload. The
     download in flight is finished whole by its old worker, which drains as on SIGTERM, and the node goes on serving
     through fresh workers. (One worker used to die of the signal at once, cutting every client.)"""
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
-    env |= {"IMAGESVC_DATA_DIR": str(data_dir), "IMAGESVC_PORT": str(port), "IMAGESVC_LOG_FORMAT": "json"}
-    env |= {"IMAGESVC_SHUTDOWN_TIMEOUT": "60"}  # generous: the old worker's drain ends when the download does
-    cmd = [sys.executable, "-m", "imagesvc.cli", "serve", "--workers", str(workers)]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    # generous drain: the old worker's drain ends when the download does
+    node = _start(data_dir, tmp_path / "serve.log", "--workers", str(workers), IMAGESVC_SHUTDOWN_TIMEOUT="60")
+    proc, port = node.proc, node.port
     cleanup.append(proc)
-    log = _collect_messages(proc)
+    wait_healthy(f"http://127.0.0.1:{port}", proc, node.log.path)
     path, expected = big_image
-    sock = _wait_and_download(port, path)
+    sock = _start_slow_download(port, path)
     raw = sock.recv(CHUNK)
     proc.send_signal(signal.SIGHUP)
     # Every old worker is draining (a bound only a hang reaches); the client has read one chunk of 8 MB, so the
     # download is still in flight.
-    deadline = time.monotonic() + 60
-    while sum("draining" in message for message in log) < workers:
-        assert proc.poll() is None, f"the node stopped on SIGHUP (exit {proc.returncode})"
-        assert time.monotonic() < deadline, f"the old workers did not drain: {log[-5:]}"
-        time.sleep(0.05)
+    _wait_for(lambda: sum("draining" in message for message in node.messages()) >= workers, 60, "old workers draining")
+    assert proc.poll() is None, f"the node stopped on SIGHUP (exit {proc.returncode})"
     with sock:
         while chunk := sock.recv(1 << 20):
             raw += chunk
@@ -318,30 +326,3 @@ def test_sighup_reloads_without_cutting_an_in_flight_download(
         assert resp.status == 200
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
-
-
-def _collect_messages(proc: subprocess.Popen[str]) -> list[str]:
-    """The messages of the server's JSON log lines, collected by a thread as they come."""
-    messages: list[str] = []
-
-    def read() -> None:
-        with contextlib.suppress(ValueError, OSError):  # the pipe closed by the fixture's clean-up
-            for line in proc.stderr:  # type: ignore[union-attr]
-                if line.startswith("{"):
-                    messages.append(json.loads(line).get("message", ""))
-
-    threading.Thread(target=read, daemon=True).start()
-    return messages
-
-
-def _wait_and_download(port: int, path: str) -> socket.socket:
-    """A slow download (``_start_slow_download``) once the node answers."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return _start_slow_download(port, path)
-        except OSError:
-            assert time.monotonic() < deadline, "imagesvc serve did not answer /health"
-            time.sleep(0.1)

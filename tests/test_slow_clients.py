@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -25,7 +22,7 @@ from imagesvc.catalog import Catalog
 from imagesvc.catalog.api_keys import create_key
 from imagesvc.web.routes import ROUTES
 from tests.library import copy_library
-from tests.servers import descendants, free_port
+from tests.servers import start_serve, stop_process, wait_healthy
 
 DEADLINE = 2  # IMAGESVC_BODY_READ_TIMEOUT and IMAGESVC_IDLE_TIMEOUT of the node under test
 SLACK = 6.0  # seconds past the deadline a loaded two-core machine may take to answer; a hang takes far longer
@@ -43,35 +40,16 @@ def node(demo_library: dict[str, Any], tmp_path_factory: pytest.TempPathFactory)
     catalog = Catalog(data / "catalog.sqlite3")
     key, _ = create_key(catalog, "enterprise", "slow clients")
     catalog.close()
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESVC_")}
-    env |= {"IMAGESVC_DATA_DIR": str(data), "IMAGESVC_PORT": str(port), "IMAGESVC_SHUTDOWN_TIMEOUT": "3"}
+    env |= {"IMAGESVC_DATA_DIR": str(data), "IMAGESVC_SHUTDOWN_TIMEOUT": "3"}
     env |= {"IMAGESVC_BODY_READ_TIMEOUT": str(DEADLINE), "IMAGESVC_IDLE_TIMEOUT": str(DEADLINE)}
-    cmd = [sys.executable, "-m", "imagesvc.cli", "serve", "--workers", "1"]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL)
+    log = data.parent / "serve.log"
+    proc, url = start_serve(env, log, "--workers", "1")
     try:
-        deadline = time.monotonic() + 60
-        while _health(port) != 200:
-            assert proc.poll() is None and time.monotonic() < deadline, "imagesvc serve did not start"
-            time.sleep(0.2)
-        yield port, key
+        wait_healthy(url, proc, log)
+        yield int(url.rsplit(":", 1)[1]), key
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            for child in descendants(proc.pid):
-                os.kill(child, signal.SIGKILL)
-            proc.kill()
-            proc.wait()
-
-
-def _health(port: int) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as resp:
-            return resp.status
-    except OSError:
-        return 0
+        stop_process(proc)
 
 
 def _trickle(port: int, head: bytes, bound: float) -> tuple[float, bytes]:

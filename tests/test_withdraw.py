@@ -28,7 +28,7 @@ from imagesvc.catalog.backends import open_catalog
 from imagesvc.settings import load_settings
 from imagesvc.storage.s3 import S3Config, S3Store
 from tests.http.keys import new_key
-from tests.library import SITE, copy_library, settings_for
+from tests.library import SITE, settings_for
 from tests.servers import S3Server, create_database
 from tests.test_ingest_kills import IMAGESVC, ingest_env
 from tests.test_postgres_nodes import SEFER, manifest_of
@@ -65,11 +65,6 @@ async def nodes(data_dir: Path) -> AsyncIterator[list[TestClient]]:
     yield clients
     for client in clients:
         await client.close()
-
-
-@pytest.fixture
-def data_dir(demo_library: dict[str, Any], tmp_path: Path) -> Path:
-    return copy_library(demo_library["data"], tmp_path / "data")
 
 
 async def _json(client: TestClient, path: str, key: str | None = None) -> tuple[int, Any]:

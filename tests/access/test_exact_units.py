@@ -11,7 +11,7 @@ from imagesvc.access.meter import Meter
 from imagesvc.access.redis import RedisAccess
 from imagesvc.errors import RateLimited
 from tests.access.conftest import MakeAccess
-from tests.servers import free_port
+from tests.servers import refused_port
 
 ANONYMOUS = Caller("anonymous", "ip:198.51.100.4", "anonymous")  # 500 images and 500 pages a day
 FULL_KEY = Caller("key", "key:full1", "key:full", key_ref="full1")  # uncapped
@@ -70,11 +70,12 @@ async def test_uncapped_deliveries_are_metered_exactly(make_access: MakeAccess) 
 
 
 async def test_an_unreachable_store_refuses_uncapped_deliveries_too() -> None:
-    access = RedisAccess(f"redis://127.0.0.1:{free_port()}/0")
-    try:
-        with pytest.raises(AccessUnavailable):
-            await Meter(access, FULL_KEY).reserve_milli("images", 66)  # nothing to reserve, but it cannot be metered
-        with pytest.raises(AccessUnavailable):
-            await Meter(access, FULL_KEY, delivers=False).reserve("images", 1)  # a HEAD neither
-    finally:
-        await access.close()
+    with refused_port() as port:
+        access = RedisAccess(f"redis://127.0.0.1:{port}/0")
+        try:
+            with pytest.raises(AccessUnavailable):
+                await Meter(access, FULL_KEY).reserve_milli("images", 66)  # nothing to reserve: it cannot be metered
+            with pytest.raises(AccessUnavailable):
+                await Meter(access, FULL_KEY, delivers=False).reserve("images", 1)  # a HEAD neither
+        finally:
+            await access.close()

@@ -12,7 +12,7 @@ from imagesvc.access.sqlite import SqliteAccess
 from imagesvc.errors import Unavailable
 from imagesvc.settings import load_settings
 from tests.access.conftest import MakeAccess
-from tests.servers import free_port
+from tests.servers import refused_port
 
 T0 = 1_800_000_000.0  # 2027-01-15 08:00 UTC
 DAY = 86_400
@@ -39,19 +39,20 @@ async def test_daily_usage_counts_committed_deliveries_per_day_and_pool(make_acc
 
 
 async def test_redis_refused_is_unavailable() -> None:
-    access = RedisAccess(f"redis://:s3cret@127.0.0.1:{free_port()}/0")
-    try:
-        with pytest.raises(Unavailable) as caught:
-            await access.reserve("ip:192.0.2.1", "images", 1, 500)
-        assert isinstance(caught.value, AccessUnavailable)
-        assert caught.value.status == 503 and caught.value.headers["Retry-After"]
-        # The public message names the role, never the host; the log's detail names the host, never the password.
-        assert "127.0.0.1" not in caught.value.message and "127.0.0.1" in caught.value.detail
-        assert "s3cret" not in caught.value.detail
-        with pytest.raises(AccessUnavailable):
-            await access.hit("ip:192.0.2.1", 60, 3600)
-    finally:
-        await access.close()
+    with refused_port() as port:
+        access = RedisAccess(f"redis://:s3cret@127.0.0.1:{port}/0")
+        try:
+            with pytest.raises(Unavailable) as caught:
+                await access.reserve("ip:192.0.2.1", "images", 1, 500)
+            assert isinstance(caught.value, AccessUnavailable)
+            assert caught.value.status == 503 and caught.value.headers["Retry-After"]
+            # The public message names the role, never the host; the log's detail names the host, never the password.
+            assert "127.0.0.1" not in caught.value.message and "127.0.0.1" in caught.value.detail
+            assert "s3cret" not in caught.value.detail
+            with pytest.raises(AccessUnavailable):
+                await access.hit("ip:192.0.2.1", 60, 3600)
+        finally:
+            await access.close()
 
 
 async def test_unusable_sqlite_file_is_unavailable(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from imagesvc.access.meter import Meter
 from imagesvc.access.redis import RedisAccess
 from imagesvc.access.sqlite import SqliteAccess
 from imagesvc.errors import RateLimited
-from tests.servers import free_port
+from tests.servers import refused_port
 
 ANON = Caller("anonymous", "ip:192.0.2.10", "anonymous")  # 500 images and 500 text pages a day
 PAID = Caller("key", "key:paid01", "key:full")  # uncapped pools, still metered
@@ -127,13 +127,14 @@ async def test_nothing_below_one_unit_is_reserved(access: AccessState) -> None:
 @pytest.fixture(params=["sqlite", "redis"])
 async def dead_access(request: pytest.FixtureRequest, tmp_path: Path) -> AccessState:
     """A backend whose store does not answer: a folder where the SQLite file should be, or no Redis listening."""
-    if request.param == "sqlite":
-        (tmp_path / "access.sqlite3").mkdir()
-        dead: AccessState = SqliteAccess(tmp_path / "access.sqlite3")
-    else:
-        dead = RedisAccess(f"redis://127.0.0.1:{free_port()}/0")
-    yield dead  # type: ignore[misc]
-    await dead.close()
+    with refused_port() as port:
+        if request.param == "sqlite":
+            (tmp_path / "access.sqlite3").mkdir()
+            dead: AccessState = SqliteAccess(tmp_path / "access.sqlite3")
+        else:
+            dead = RedisAccess(f"redis://127.0.0.1:{port}/0")
+        yield dead  # type: ignore[misc]
+        await dead.close()
 
 
 @pytest.mark.parametrize(("caller", "delivers"), [(ANON, True), (ANON, False), (PAID, True), (PAID, False)])

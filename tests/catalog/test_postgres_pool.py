@@ -16,6 +16,23 @@ from imagesvc.errors import Unavailable
 from tests.servers import PostgresServer, create_database
 
 
+def _wait_until_running(server: PostgresServer, statement: str, count: int) -> None:
+    """Until ``count`` sessions of ``server`` are running ``statement`` (seen in ``pg_stat_activity`` by a session
+    of the server's superuser, outside any pool); a bound only a hang reaches."""
+    deadline = time.monotonic() + 60
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE state = 'active' AND position(%s in query) > 0 AND pid <> pg_backend_pid()",
+                (statement,),
+            ).fetchone()
+            if row is not None and row[0] >= count:
+                return
+            assert time.monotonic() < deadline, f"{count} sessions never ran {statement!r}"
+            time.sleep(0.02)
+
+
 def test_an_exhausted_pool_answers_unavailable_after_a_bounded_wait(postgres_server: PostgresServer) -> None:
     url = create_database(postgres_server, f"pool_{secrets.token_hex(5)}")
     catalog = PostgresCatalog(url, pool_size=2, pool_timeout=0.5)
@@ -23,7 +40,7 @@ def test_an_exhausted_pool_answers_unavailable_after_a_bounded_wait(postgres_ser
         holders = [threading.Thread(target=catalog.scalar, args=("SELECT pg_sleep(3)",)) for _ in range(2)]
         for holder in holders:
             holder.start()
-        time.sleep(0.5)  # both connections are now held by slow statements
+        _wait_until_running(postgres_server, "SELECT pg_sleep(3)", 2)  # both connections held by slow statements
         started = time.monotonic()
         with pytest.raises(Unavailable, match="busy") as caught:
             catalog.counts()
@@ -83,7 +100,7 @@ def test_a_saturated_pool_is_busy_not_an_outage_and_opens_no_connection_past_its
         holders = [threading.Thread(target=hold) for _ in range(2)]
         for holder in holders:
             holder.start()
-        time.sleep(2)  # both connections (all the role may hold) are now held by slow statements
+        _wait_until_running(postgres_server, "SELECT pg_sleep(8)", 2)  # both connections (all the role may hold)
         with pytest.raises(Unavailable, match="busy") as caught:
             catalog.counts()
         assert caught.value.headers["Retry-After"] == "1"

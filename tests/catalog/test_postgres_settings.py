@@ -13,7 +13,7 @@ from imagesvc.catalog.postgres import PostgresCatalog
 from imagesvc.catalog.schema import SCHEMA_VERSION
 from imagesvc.doctor import _catalog
 from imagesvc.settings import SettingsError, load_settings
-from tests.servers import PostgresServer, create_database, free_port
+from tests.servers import PostgresServer, create_database, refused_port
 
 
 def test_postgres_needs_a_url_and_refuses_catalog_snapshots() -> None:
@@ -48,5 +48,6 @@ def test_open_catalog_and_doctor_on_postgres(postgres_server: PostgresServer, tm
     assert not list(tmp_path.iterdir())  # nothing written to the data dir
     current = _catalog(settings)
     assert current.level == "ok" and f"schema {SCHEMA_VERSION} is current" in current.message
-    down = _catalog(load_settings(env | {"IMAGESVC_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{free_port()}/x"}))
+    with refused_port() as port:
+        down = _catalog(load_settings(env | {"IMAGESVC_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/x"}))
     assert down.level == "fail" and "cannot be reached" in down.message

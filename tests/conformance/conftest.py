@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
@@ -13,12 +12,7 @@ from imagesvc.app import build_app
 from imagesvc.catalog import Catalog
 from imagesvc.catalog.api_keys import create_key
 from tests.conformance.doors import Doors
-from tests.library import copy_library, settings_for
-
-
-@pytest.fixture
-def data_dir(demo_library: dict[str, Any], tmp_path: Path) -> Path:
-    return copy_library(demo_library["data"], tmp_path / "data")
+from tests.library import settings_for
 
 
 @pytest.fixture

@@ -11,13 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from imagesvc.app import build_app
-from tests.library import copy_library, settings_for
-
-
-@pytest.fixture
-def data_dir(demo_library: dict[str, Any], tmp_path: Path) -> Path:
-    return copy_library(demo_library["data"], tmp_path / "data")
-
+from tests.library import settings_for
 
 MakeClient = Callable[..., Awaitable[TestClient]]
 

@@ -22,7 +22,8 @@ from imagesvc.provenance.manifests import DELIVERY_LABEL
 from imagesvc.provenance.sign import read_credentials
 from imagesvc.web.app_keys import ACCESS
 from tests.http.keys import new_key
-from tests.test_faults import Redis, assert_unavailable
+from tests.servers import Redis
+from tests.test_faults import assert_unavailable
 
 MINES = "demo-traite-des-mines"  # 7 pages; page 7 has no image
 SPECULUM = "demo-speculum-fornacum"  # 8 pages
@@ -204,16 +205,12 @@ async def test_missing_pages_are_listed_not_invented(client: TestClient, data_di
     assert pax["IMAGESVC.sha256"] == hashlib.sha256(data).hexdigest()  # each member verifiable as it arrives
 
 
-async def test_with_the_access_backend_down_nothing_is_sent(data_dir: Path, make_client: Any) -> None:
-    redis = Redis()
-    try:
-        client = await make_client(access_backend="redis", redis_url=redis.url)
-        key, _ = new_key(data_dir, "full")
-        assert (await client.get(f"/api/books/{MINES}/archive?tier=thumb", headers=_auth(key))).status == 200
-        redis.stop()
-        await assert_unavailable(await client.get(f"/api/books/{MINES}/archive?tier=thumb", headers=_auth(key)))
-    finally:
-        redis.stop()
+async def test_with_the_access_backend_down_nothing_is_sent(data_dir: Path, make_client: Any, redis: Redis) -> None:
+    client = await make_client(access_backend="redis", redis_url=redis.url)
+    key, _ = new_key(data_dir, "full")
+    assert (await client.get(f"/api/books/{MINES}/archive?tier=thumb", headers=_auth(key))).status == 200
+    redis.stop()
+    await assert_unavailable(await client.get(f"/api/books/{MINES}/archive?tier=thumb", headers=_auth(key)))
 
 
 async def test_the_tool_prices_the_archive_without_delivering_it(client: TestClient, data_dir: Path) -> None:

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient
 from PIL import Image
@@ -34,7 +33,8 @@ from imagesvc.web.app_keys import ACCESS
 from imagesvc.web.routes import ROUTES
 from tests.http.keys import new_key
 from tests.library import settings_for
-from tests.test_faults import Redis, assert_unavailable
+from tests.servers import Redis
+from tests.test_faults import assert_unavailable
 
 FREE = "free"  # delivers content that is never counted: the one written rule (docs/operations.md)
 PROBE = "free-probe"  # free and delivers nothing: liveness and readiness, which no caller's limits may refuse
@@ -256,13 +256,6 @@ async def test_with_the_pools_spent_no_door_delivers_anything_priced(client: Tes
 
 
 # ---- (b) the access backend down ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def redis() -> Iterator[Redis]:
-    server = Redis()
-    yield server
-    server.stop()
 
 
 def _key(data_dir: Path, tier: str) -> str:

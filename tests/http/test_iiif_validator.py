@@ -8,13 +8,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from aiohttp.test_utils import TestServer
 from PIL import Image
 
 from imagesvc.app import build_app
 from tests.library import settings_for
 from tests.parts import import_part
-from tests.servers import free_port
+from tests.servers import site_server
 
 validator = import_part("iiif_validator.validator", "make test installs iiif-validator (and libmagic1)")
 
@@ -47,14 +46,12 @@ async def _validate(port: int, *options: str) -> tuple[int, str]:
 
 
 async def test_official_validator_passes_level_2(data_dir: Path, tmp_path: Path) -> None:
-    port = free_port()  # the site URL is the address the validator uses, so the ids it follows are ours
-    settings = settings_for(
-        data_dir,
-        site_url=f"http://127.0.0.1:{port}",
-        iiif_test_id=TEST_ID,
-        iiif_test_image=str(squares_image(tmp_path / "squares.png")),
-    )  # an anonymous caller: IIIF is held to the image budget by area, not to the request limit
-    server = TestServer(build_app(settings), host="127.0.0.1", port=port)
+    squares = str(squares_image(tmp_path / "squares.png"))
+    # The site URL is the address the validator uses, so the ids it follows are ours. An anonymous caller: IIIF is
+    # held to the image budget by area, not to the request limit.
+    server = site_server(
+        lambda url: build_app(settings_for(data_dir, site_url=url, iiif_test_id=TEST_ID, iiif_test_image=squares))
+    )
     await server.start_server()
     try:
         code, report = await _validate(server.port, "--level", "2")

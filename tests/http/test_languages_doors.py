@@ -21,7 +21,7 @@ from imagesvc.app import build_app
 from imagesvc.search.glosses import available
 from tests.http.test_mcp import mcp_session
 from tests.library import copy_library, settings_for
-from tests.servers import free_port
+from tests.servers import site_server
 from tests.test_cli_client import cli
 
 TARGET = "serpent biting its own tail"
@@ -32,10 +32,8 @@ HEBREW, ARABIC, CHINESE = "נחש הבולע את זנבו", "أفعى تبتل�
 async def site(demo_library: dict[str, Any], tmp_path: Path) -> AsyncIterator[TestServer]:
     """The default app (text model on) on a loopback port whose site URL is that address; searches wait for the text
     model and the text index (a server warms them up at start)."""
-    port = free_port()
     data = copy_library(demo_library["data"], tmp_path / "data")
-    settings = settings_for(data, site_url=f"http://127.0.0.1:{port}", search_wait=600)
-    server = TestServer(build_app(settings), host="127.0.0.1", port=port)
+    server = site_server(lambda url: build_app(settings_for(data, site_url=url, search_wait=600)))
     await server.start_server()
     try:
         async with aiohttp.ClientSession() as http, http.get(server.make_url("/api/gallery"), params={"q": "x"}) as r:
@@ -150,9 +148,8 @@ async def test_a_querys_answer_does_not_depend_on_an_earlier_query_in_other_case
 
     shouted = await dense(site, "GIGLIO BIANCO")
     after = await dense(site, "giglio bianco")
-    port = free_port()
     data = copy_library(demo_library["data"], tmp_path / "other")
-    other = TestServer(build_app(settings_for(data, site_url=f"http://127.0.0.1:{port}", search_wait=600)), port=port)
+    other = site_server(lambda url: build_app(settings_for(data, site_url=url, search_wait=600)))
     await other.start_server()
     try:
         fresh = await dense(other, "giglio bianco")

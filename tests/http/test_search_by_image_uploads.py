@@ -13,6 +13,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 from PIL import Image
 
+from imagesvc.tools.image_work import image_work
+from imagesvc.web.app_keys import SERVICES
 from tests.http.conftest import MakeClient
 from tests.http.test_search_by_image_bounds import _crop
 
@@ -47,7 +49,12 @@ async def test_parallel_uploads_of_one_caller_are_refused_unread_while_one_is_ar
     release = asyncio.Event()
     headers = {"Content-Type": content_type, "Accept": "text/html" if door == "page" else "application/json"}
     first = asyncio.ensure_future(client.post(path, data=_slow(body, release), headers=headers))
-    await asyncio.sleep(0.5)  # the first upload has started and is waiting for the rest of its body
+    # The event, not a sleep: the first upload holds its caller's slot (taken before its body is read) and waits for
+    # the rest of its body. A bound only a hang reaches.
+    work = image_work(client.app[SERVICES])
+    async with asyncio.timeout(60):
+        while sum(work._callers.values()) < 1:
+            await asyncio.sleep(0.01)
     others = [client.post(path, data=_slow(body, release), headers=headers) for _ in range(3)]
     refused = await asyncio.wait_for(asyncio.gather(*others), 20)  # their bodies are never finished meanwhile
     for response in refused:

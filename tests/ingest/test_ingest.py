@@ -134,6 +134,7 @@ class CrashingStore:
         return getattr(self.inner, name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("writes_before_crash", [0, 40, 150])
 def test_ingest_converges_after_a_crash(demo_library: dict[str, Any], tmp_path: Path, writes_before_crash: int) -> None:
     """A crash after any number of writes, then a rerun: the same objects and rows as one clean run."""

@@ -1,7 +1,7 @@
-"""Page test fixtures: the same as the HTTP tests' (a private copy of the demo library, a client on the real app)."""
+"""Page test fixtures: the HTTP tests' (a client on the real app over a private copy of the demo library)."""
 
 from __future__ import annotations
 
-from tests.http.conftest import MakeClient, client, data_dir, make_client
+from tests.http.conftest import MakeClient, client, make_client
 
-__all__ = ["MakeClient", "client", "data_dir", "make_client"]
+__all__ = ["MakeClient", "client", "make_client"]

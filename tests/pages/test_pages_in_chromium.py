@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestServer
 from PIL import Image, ImageStat
 
 from imagesvc.app import build_app
 from tests.browser import MODULES, VIEWER, require, run_driver, save_compact
 from tests.library import copy_library, settings_for
-from tests.servers import free_port
+from tests.servers import site_server
 
 DRIVER = VIEWER / "pages.mjs"
 SCREENSHOTS = "IMAGESVC_PAGES_SCREENSHOTS"  # a folder to keep the screenshots in, as pages-*.png (docs/)
@@ -28,13 +27,11 @@ require(MODULES / "openseadragon")
 @pytest.fixture
 async def site(demo_library: dict[str, Any], tmp_path: Path) -> AsyncIterator[str]:
     """The real app on a loopback port whose site URL is that address, so citation and image URLs lead back to it."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     data = copy_library(demo_library["data"], tmp_path / "data")
-    server = TestServer(build_app(settings_for(data, site_url=url)), host="127.0.0.1", port=port)
+    server = site_server(lambda url: build_app(settings_for(data, site_url=url)))
     await server.start_server()
     try:
-        yield url
+        yield str(server.make_url("")).rstrip("/")
     finally:
         await server.close()
 

@@ -20,7 +20,7 @@ from imagesvc.storage import (
 )
 from imagesvc.storage.local import LocalStore
 from imagesvc.storage.s3 import S3Store
-from tests.servers import S3Server, free_port
+from tests.servers import S3Server, refused_port
 from tests.storage.conftest import LIST_PAGE_SIZE, s3_config
 
 BINARY = bytes(range(256)) * 40 + b"\x00\r\n\xff"  # every byte value, NULs and line ends: no text-mode mangling
@@ -195,17 +195,18 @@ async def test_invalid_keys_are_refused_alike(store: ObjectStore) -> None:
 
 
 async def test_ping_tells_a_live_store_from_a_dead_one(store: ObjectStore, tmp_path: Path) -> None:
-    await store.ping()  # raises StoreUnavailable when the store does not answer, as the next lines show
-    if isinstance(store, S3Store):
-        dead: ObjectStore = S3Store(replace(store.config, endpoint_url=f"http://127.0.0.1:{free_port()}"))
-    else:
-        (tmp_path / "not-a-folder").write_text("a file where the store's folder should be")
-        dead = LocalStore(tmp_path / "not-a-folder")
-    try:
-        with pytest.raises(StoreUnavailable):
-            await dead.ping()
-    finally:
-        await dead.close()
+    with refused_port() as port:
+        await store.ping()  # raises StoreUnavailable when the store does not answer, as the next lines show
+        if isinstance(store, S3Store):
+            dead: ObjectStore = S3Store(replace(store.config, endpoint_url=f"http://127.0.0.1:{port}"))
+        else:
+            (tmp_path / "not-a-folder").write_text("a file where the store's folder should be")
+            dead = LocalStore(tmp_path / "not-a-folder")
+        try:
+            with pytest.raises(StoreUnavailable):
+                await dead.ping()
+        finally:
+            await dead.close()
 
 
 async def test_wrong_secret_is_unavailable_not_a_raw_error(s3_server: S3Server) -> None:
@@ -228,17 +229,19 @@ async def test_wrong_secret_is_unavailable_not_a_raw_error(s3_server: S3Server) 
 
 
 async def test_server_down_is_unavailable_within_seconds(s3_server: S3Server) -> None:
-    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    store = S3Store(s3_config(s3_server, endpoint_url=endpoint))
-    try:
-        # A generous guard, not a timing assertion: without bounded connect retries botocore keeps trying for minutes.
-        async with asyncio.timeout(60):
-            with pytest.raises(StoreUnavailable) as caught:
-                await store.put("k", b"v")
-    finally:
-        await store.close()
-    assert "cannot connect" in caught.value.detail and endpoint in caught.value.detail
-    assert endpoint not in caught.value.message and caught.value.status == 503
+    with refused_port() as port:
+        endpoint = f"http://127.0.0.1:{port}"  # nothing listens there
+        store = S3Store(s3_config(s3_server, endpoint_url=endpoint))
+        try:
+            # A generous guard, not a timing assertion: without bounded connect retries botocore keeps trying for
+            # minutes.
+            async with asyncio.timeout(60):
+                with pytest.raises(StoreUnavailable) as caught:
+                    await store.put("k", b"v")
+        finally:
+            await store.close()
+        assert "cannot connect" in caught.value.detail and endpoint in caught.value.detail
+        assert endpoint not in caught.value.message and caught.value.status == 503
 
 
 async def test_missing_bucket_is_unavailable_with_a_hint(s3_server: S3Server) -> None:

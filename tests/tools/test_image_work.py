@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from collections.abc import Callable
 
 import pytest
 from PIL import Image
@@ -39,6 +40,13 @@ def test_a_tiff_whose_directory_is_past_the_head_is_priced_as_unknown_not_as_sma
     assert decode_cost(data, 1200, unreadable=budget) >= 6000 * 6000 * 3  # read whole, priced by its pixels
 
 
+async def _until(done: Callable[[], bool]) -> None:
+    """Until ``done()``, letting the other tasks run; a bound only a hang reaches."""
+    async with asyncio.timeout(30):
+        while not done():
+            await asyncio.sleep(0.001)
+
+
 async def test_searches_wait_for_their_share_of_the_pixel_budget() -> None:
     work = ImageWork(per_caller=1, threads=4, queue=4, memory=100)
     order: list[str] = []
@@ -54,7 +62,7 @@ async def test_searches_wait_for_their_share_of_the_pixel_budget() -> None:
     first = asyncio.ensure_future(search("a", 80))
     await first_in.wait()
     second = asyncio.ensure_future(search("b", 80))  # does not fit beside the first: waits, is not refused
-    await asyncio.sleep(0.05)
+    await _until(lambda: work.state()["waiting"] == 1)
     assert order == ["a"] and work.state() == {"running": 1, "waiting": 1, "held_bytes": 80}
     with pytest.raises(RateLimited) as refused:  # a's second search while its first runs
         async with work.admit("a", 1):
@@ -78,7 +86,7 @@ async def test_a_full_queue_refuses_with_retry_after() -> None:
     running = asyncio.ensure_future(hold("a"))
     await started.wait()
     waiting = asyncio.ensure_future(hold("b"))
-    await asyncio.sleep(0.05)
+    await _until(lambda: work.state()["waiting"] == 1)
     with pytest.raises(Unavailable) as full:
         async with work.admit("c", 1):
             pass

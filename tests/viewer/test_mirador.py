@@ -15,7 +15,7 @@ from PIL import Image, ImageStat
 from imagesvc.app import build_app
 from tests.browser import VIEWER, require, run_driver, save_compact
 from tests.library import copy_library, settings_for
-from tests.servers import free_port
+from tests.servers import site_server
 
 __all__: list[str] = []
 
@@ -30,8 +30,8 @@ require(BUNDLE)
 async def app_server(demo_library: dict[str, Any], tmp_path: Path) -> AsyncIterator[TestServer]:
     """The real app over a private copy of the demo library, on a loopback port."""
     data = copy_library(demo_library["data"], tmp_path / "data")
-    port = free_port()  # the site URL is where the viewer reaches us: IIIF ids are built from it
-    server = TestServer(build_app(settings_for(data, site_url=f"http://127.0.0.1:{port}")), host="127.0.0.1", port=port)
+    # the site URL is where the viewer reaches us: IIIF ids are built from it
+    server = site_server(lambda url: build_app(settings_for(data, site_url=url)))
     await server.start_server()
     try:
         yield server
