@@ -7,8 +7,9 @@ Numbers follow the service spec §8: anonymous 500 pages and 500 images a day an
 The request limit is the API's (REST, MCP, the CLI). Pages for people (the HTML pages) are not held to it: a person
 reading a book turns a page every few seconds, so 60 requests an hour would stop an anonymous reader after 60 pages.
 A page view spends what its page delivers from the daily budgets (a reading page: one page of text), and page views
-are paced instead: ``PAGE_VIEWS`` a minute per caller, counted apart from API requests, which no reader reaches and
-which leaves a script that reads the pages instead of the API no more than the daily budgets give it.
+are paced instead: ``PAGE_VIEWS`` a minute per caller (or the class's own API rate a minute, when that is higher),
+counted apart from API requests, which no reader reaches and which leaves a script that reads the pages instead of
+the API no more than the daily budgets give it.
 """
 
 from __future__ import annotations
@@ -76,8 +77,9 @@ class CallerClass:
         (``people``) the page views a minute; ``None`` when never limited."""
         if self.exempt:
             return None
-        if people:
-            return Pace(PAGE_VIEWS_POOL, PAGE_VIEWS, _MINUTE)
+        if people:  # never stricter than the class's own API rate (a paid key's 1,000 a minute)
+            api_per_minute = 0 if self.requests is None else self.requests * _MINUTE // self.request_window
+            return Pace(PAGE_VIEWS_POOL, max(PAGE_VIEWS, api_per_minute), _MINUTE)
         return None if self.requests is None else Pace(REQUESTS_POOL, self.requests, self.request_window)
 
     def describe(self) -> str:

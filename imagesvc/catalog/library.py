@@ -176,6 +176,8 @@ FACETS: dict[str, tuple[str, str]] = {
 def facet_counts(catalog: Any, f: BookFilters) -> dict[str, list[tuple[Any, int]]]:
     """For each of ``FACETS``, its values among the live books matching ``f`` without that facet's own filter, with how
     many books each has, most first (a facet's counts show what choosing another of its values would give)."""
+    if f.search is not None and title_author_expression(f.search) is None:
+        return {name: [] for name in FACETS}  # a search without a word matches no book (as query_books answers)
     out: dict[str, list[tuple[Any, int]]] = {}
     for name, (value, field_name) in FACETS.items():
         unset = {field_name: None} | ({"year_to": None} if name == "century" else {})

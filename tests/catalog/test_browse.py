@@ -58,3 +58,9 @@ def test_keyset_pages_by_title_reach_every_book_once_while_books_arrive(library:
     assert seen == [r["id"] for r in whole] and len(seen) == total
     with pytest.raises(ValueError):
         query_books(library, BookFilters(), sort="recent", limit=2, offset=0, after=seen[0])
+
+
+@pytest.mark.parametrize("search", [":", "''", "  ", "&|!"])
+def test_a_search_without_a_word_counts_no_book(library: Catalog, search: str) -> None:
+    assert query_books(library, BookFilters(search=search), sort=None, limit=5, offset=0) == ([], 0)
+    assert all(found == [] for found in facet_counts(library, BookFilters(search=search)).values())

@@ -29,9 +29,10 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from imagesvc import tools
+from imagesvc.pages.errors import PAGE_HANDLERS
 from imagesvc.surface.arguments import not_text
 from imagesvc.web.params import query_schema
-from imagesvc.web.routes import API, ROUTES
+from imagesvc.web.routes import API, ROUTES, Route
 from tests.http.live import Answer, Live, library_settings, postgres_library, serve
 from tests.library import copy_library
 
@@ -169,7 +170,16 @@ REQUIRED: dict[str, dict[str, Any]] = {
     "search_images_by_image": {"image": base64.b64encode(PICTURE).decode()},
     "search_within_book": {"book_id": BOOK, "q": "sun"},
 }
-PAGE_PATHS = {"/", "/search-by-image", "/illustration/{id}", "/collections", "/collections/{slug}", "/book/{slug}"}
+
+
+def _is_page(route: Route) -> bool:
+    """Whether ``route`` is a page for people (its handler, under the parameter checks, is one of PAGE_HANDLERS)."""
+    handler: object = route.handler
+    while handler is not None:
+        if handler in PAGE_HANDLERS:
+            return True
+        handler = getattr(handler, "__wrapped__", None)
+    return False
 
 
 def _texty(prop: dict[str, Any]) -> bool:
@@ -181,7 +191,7 @@ def doors() -> list[Door]:
     found: list[Door] = []
     for route in ROUTES:
         path = ("/api" if route.mount == API else "") + route.path
-        kind = "page" if route.path in PAGE_PATHS and route.mount != API else "rest"
+        kind = "page" if route.mount != API and _is_page(route) else "rest"
         values = dict(PATH_VALUES, slug=BOOK if route.path.startswith("/book/") else COLLECTION)
         if route.method == "GET":
             for name in re.findall(r"{(\w+)", route.path):
