@@ -65,19 +65,28 @@ def _font(size: int) -> Font:
     return ImageFont.load_default(size=size)
 
 
-def mark_lines(mark: MarkSpec) -> list[list[str]]:
-    """The layouts tried in order of preference: everything on one line, two lines, site and URL, site alone."""
+def _mark_parts(mark: MarkSpec) -> tuple[str, str, str, str]:
+    """The mark's site, citation URL, credit line ("digitized by ...") and head line (site · URL), sanitized."""
     site, url, institution = sanitize(mark.site), sanitize(mark.citation_url), sanitize(mark.institution)
     credit = f"digitized by {institution}" if institution else ""
-    head = " · ".join(part for part in (site, url) if part)
-    full = " · ".join(part for part in (head, credit) if part)
-    variants = [[full], [head, credit], [head], [site or head or credit]]
+    return site, url, credit, " · ".join(part for part in (site, url) if part)
+
+
+def _distinct_layouts(variants: list[list[str]]) -> list[list[str]]:
+    """``variants`` without empty lines, empty layouts and repeats, in their order."""
     unique: list[list[str]] = []
     for lines in variants:
         lines = [line for line in lines if line]
         if lines and lines not in unique:
             unique.append(lines)
     return unique
+
+
+def mark_lines(mark: MarkSpec) -> list[list[str]]:
+    """The layouts tried in order of preference: everything on one line, two lines, site and URL, site alone."""
+    site, _, credit, head = _mark_parts(mark)
+    full = " · ".join(part for part in (head, credit) if part)
+    return _distinct_layouts([[full], [head, credit], [head], [site or head or credit]])
 
 
 def _width(text: str, font: Font, stroke: int) -> float:
@@ -152,16 +161,8 @@ class Placement:
 
 def _candidates(mark: MarkSpec) -> list[list[str]]:
     """Layouts that say everything (site, citation URL, institution), in order of preference."""
-    site, url, institution = sanitize(mark.site), sanitize(mark.citation_url), sanitize(mark.institution)
-    credit = f"digitized by {institution}" if institution else ""
-    head = " · ".join(part for part in (site, url) if part)
-    variants = [[" · ".join(p for p in (head, credit) if p)], [head, credit], [site, url, credit]]
-    unique: list[list[str]] = []
-    for lines in variants:
-        lines = [line for line in lines if line]
-        if lines and lines not in unique:
-            unique.append(lines)
-    return unique
+    site, url, credit, head = _mark_parts(mark)
+    return _distinct_layouts([[" · ".join(p for p in (head, credit) if p)], [head, credit], [site, url, credit]])
 
 
 def plan_mark(img: Image.Image, mark: MarkSpec, params: MarkPlacement = PLACEMENT) -> Placement | None:
